@@ -1,0 +1,142 @@
+"""The `kernelpro` command. Each sub-command lives in the module that owns its stage.
+
+A stage module exposes `add_arguments(parser)` and `main(args) -> int`; it keeps heavy imports
+(torch) inside functions so that `kernelpro --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable
+
+from rich.console import Console
+from rich.table import Table
+
+from . import __version__
+from .errors import KernelProError
+
+# name -> (module, one-line help, issue that builds it). The order is the pipeline's order.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "tasks": ("kernelpro.cli", "list the tasks of a suite (ptxbench, or a folder of task files)"),
+    "doctor": ("kernelpro.cli", "show the CUDA tools and GPUs found, and what each missing piece disables"),
+    "verify": ("kernelpro.verify", "compile a candidate and prove which architecture features it uses (PTX + SASS)"),
+    "bench": ("kernelpro.bench", "evaluate candidates: correctness, anti-gaming checks, timing and energy vs baselines"),
+    "profile": ("kernelpro.profile", "profile a candidate with Nsight Compute and turn the metrics into advice"),
+    "optimize": ("kernelpro.optimize", "search for faster kernels: MCTS or greedy, with an LLM or the LLM-free policy"),
+    "fixit": ("kernelpro.fixit", "export fine-tuning data from failed-then-fixed attempts, and train on it"),
+    "report": ("kernelpro.report", "write a self-contained HTML report of one or more runs"),
+}
+
+console = Console(stderr=False)
+err_console = Console(stderr=True)
+
+
+def _tasks_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("suite", nargs="?", default="ptxbench", help="suite name or folder of task files (default ptxbench)")
+    p.add_argument("--path", help="a KernelBench checkout (with `kernelbench` as the suite)")
+    p.add_argument("--level", type=int, help="only tasks of this level")
+
+
+def _tasks_main(args: argparse.Namespace) -> int:
+    from .task import load_suite
+
+    if args.suite == "kernelbench":
+        from .suites.kernelbench import load_kernelbench
+
+        tasks = load_kernelbench(args.path, level=args.level)
+    else:
+        tasks = load_suite(args.suite)
+    if args.level is not None:
+        tasks = [t for t in tasks if t.level == args.level]
+    table = Table(title=f"{args.suite}: {len(tasks)} tasks")
+    for col in ("task", "lvl", "dtype", "baseline", "sm_90a features", "sm_100a features", "sizes s/h"):
+        table.add_column(col)
+    for t in tasks:
+        table.add_row(t.name + (" *" if t.headline else ""), str(t.level), t.dtype, t.baseline,
+                      ", ".join(t.requested_features("sm_90a")), ", ".join(t.requested_features("sm_100a")),
+                      f"{len(t.shown_sizes)}/{len(t.heldout_sizes)}")
+    console.print(table)
+    if any(t.headline for t in tasks):
+        console.print("* headline task (PTXBench's published set)")
+    return 0
+
+
+def _doctor_arguments(p: argparse.ArgumentParser) -> None:
+    pass
+
+
+def _doctor_main(args: argparse.Namespace) -> int:
+    from .toolchain import doctor_rows
+
+    table = Table(title=f"kernelpro {__version__}: environment")
+    for col in ("component", "status", "detail"):
+        table.add_column(col)
+    for name, status, detail in doctor_rows():
+        table.add_row(name, f"[green]{status}[/]" if status == "ok" else f"[yellow]{status}[/]", detail)
+    console.print(table)
+    return 0
+
+
+LOCAL = {"tasks": (_tasks_arguments, _tasks_main), "doctor": (_doctor_arguments, _doctor_main)}
+
+
+def _resolve(name: str) -> tuple[Callable | None, Callable | None, str | None]:
+    """(add_arguments, main, reason-not-built) for a sub-command."""
+    if name in LOCAL:
+        return (*LOCAL[name], None)
+    module = COMMANDS[name][0]
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name == module:
+            return None, None, f"`kernelpro {name}` is not built yet ({module} is missing)"
+        raise
+    add, main_fn = getattr(mod, "add_arguments", None), getattr(mod, "main", None)
+    if add is None or main_fn is None:
+        return None, None, f"`kernelpro {name}` is not built yet ({module} has no CLI entry)"
+    return add, main_fn, None
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable | str]]:
+    parser = argparse.ArgumentParser(
+        prog="kernelpro",
+        description="Benchmark and optimize LLM-written GPU kernels down to architecture-specific PTX.")
+    parser.add_argument("--version", action="version", version=f"kernelpro {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    handlers: dict[str, Callable | str] = {}
+    for name, (_, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--db", help="run store (SQLite file); default $KERNELPRO_DB or ~/.kernelpro/runs.db")
+        add, main_fn, reason = _resolve(name)
+        if reason:
+            handlers[name] = reason
+            continue
+        add(p)
+        handlers[name] = main_fn
+    return parser, handlers
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser, handlers = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    handler = handlers[args.command]
+    if isinstance(handler, str):
+        err_console.print(f"kernelpro: {handler}")
+        return 2
+    try:
+        return int(handler(args) or 0)
+    except KernelProError as e:
+        err_console.print(f"kernelpro {args.command}: error: {e}", markup=False, highlight=False)
+        return 1
+    except KeyboardInterrupt:
+        err_console.print(f"kernelpro {args.command}: interrupted; results so far are in the run store")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
