@@ -30,7 +30,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 console = Console(stderr=False)
-err_console = Console(stderr=True)
 
 
 def _tasks_arguments(p: argparse.ArgumentParser) -> None:
@@ -126,15 +125,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     handler = handlers[args.command]
     if isinstance(handler, str):
-        err_console.print(f"kernelpro: {handler}")
+        print(f"kernelpro: {handler}", file=sys.stderr)
         return 2
     try:
         return int(handler(args) or 0)
     except KernelProError as e:
-        err_console.print(f"kernelpro {args.command}: error: {e}", markup=False, highlight=False)
+        # print, not rich: rich wraps long lines, and this must stay one line.
+        print(f"kernelpro {args.command}: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        err_console.print(f"kernelpro {args.command}: interrupted; results so far are in the run store")
+        print(f"kernelpro {args.command}: interrupted; results so far are in the run store", file=sys.stderr)
         return 130
 
 
