@@ -1,0 +1,113 @@
+"""Shared loader for the Hopper attention-forward references (``hopper_attn_fwd.cu``).
+
+One CUDA source, specialised by nvcc ``-D`` macros: ``ATTN_CAUSAL``, ``ATTN_WITH_LSE``,
+``ATTN_CONSUMERS`` (consumer warpgroups; BLOCK_M = 64 * CONSUMERS), ``ATTN_BLOCK_N`` (key tile, 128),
+``ATTN_STAGES`` (K/V ring depth), ``ATTN_OVERLAP`` (S/PV overlap inside a warpgroup) and
+``ATTN_WATCHDOG`` (trap after that many failed barrier polls; 0 = off, the default, because the trap
+path costs the consumers their setmaxnreg register budget). Each combination is built once per
+process with ``torch.utils.cpp_extension.load_inline``; the extension name carries a hash of the source
+and the macros, so an edited kernel never reuses a stale build.
+
+The ModelNew files next to this one load it by path (``load_common()``), so they work whether or not
+``kernelpro`` is importable as a package.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+
+import torch
+
+CU_PATH = Path(__file__).with_name("hopper_attn_fwd.cu")
+HEAD_DIM = 128
+DEFAULTS = {"ATTN_CONSUMERS": 2, "ATTN_BLOCK_N": 128, "ATTN_STAGES": 2, "ATTN_OVERLAP": 1, "ATTN_WATCHDOG": 0}
+NVCC_FLAGS = ["-gencode=arch=compute_90a,code=sm_90a", "-O3", "-std=c++17"]
+
+# The torch-facing wrapper; the .cu itself has no PyTorch headers so it also builds with plain nvcc.
+CPP_SRC = r"""
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+
+const char* kp_attn_fwd_launch(const void* q, const void* k, const void* v, void* o, float* lse, int bh,
+                               int seq, float softmax_scale, cudaStream_t stream);
+
+void attn_fwd_into(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor out, torch::Tensor lse,
+                   double softmax_scale) {
+  for (const auto* t : {&q, &k, &v, &out}) {
+    TORCH_CHECK(t->is_cuda() && t->scalar_type() == torch::kBFloat16 && t->is_contiguous() && t->dim() == 4,
+                "attention reference: q, k, v, out must be contiguous 4-D bf16 CUDA tensors (B, H, S, 128)");
+    TORCH_CHECK(t->sizes() == q.sizes(), "attention reference: q, k, v, out must have the same shape");
+  }
+  TORCH_CHECK(q.size(3) == 128, "attention reference: head dim must be 128, got ", q.size(3));
+  const int64_t bh = q.size(0) * q.size(1), seq = q.size(2);
+  TORCH_CHECK(bh <= 65535 && seq <= (1LL << 30), "attention reference: B*H must be <= 65535");
+  float* lse_ptr = nullptr;
+  if (lse.numel() > 0) {
+    TORCH_CHECK(lse.is_cuda() && lse.scalar_type() == torch::kFloat32 && lse.is_contiguous() &&
+                    lse.numel() == bh * seq,
+                "attention reference: lse must be a contiguous fp32 CUDA tensor of B*H*S elements");
+    lse_ptr = lse.data_ptr<float>();
+  }
+  const c10::cuda::CUDAGuard guard(q.device());
+  const char* err = kp_attn_fwd_launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse_ptr,
+                                       static_cast<int>(bh), static_cast<int>(seq),
+                                       static_cast<float>(softmax_scale),
+                                       c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
+  TORCH_CHECK(err == nullptr, "attention reference kernel: ", err ? err : "");
+}
+"""
+
+_BUILT: dict[str, object] = {}
+
+
+def macros(causal: bool, with_lse: bool, **overrides: int) -> dict[str, int]:
+    unknown = sorted(set(overrides) - set(DEFAULTS))
+    if unknown:
+        raise ValueError(f"unknown attention macros {unknown}; valid: {sorted(DEFAULTS)}")
+    m = {"ATTN_CAUSAL": int(causal), "ATTN_WITH_LSE": int(with_lse)}
+    m.update(DEFAULTS)
+    m.update({k: int(v) for k, v in overrides.items()})
+    return m
+
+
+_BY_MACROS: dict[tuple, object] = {}
+
+
+def build(causal: bool, with_lse: bool, **overrides: int):
+    """Compile (once per source + macros) and return the extension module."""
+    m = macros(causal, with_lse, **overrides)
+    fast = tuple(sorted(m.items()))
+    if fast in _BY_MACROS:  # per-call path: no file read or hashing in front of every launch
+        return _BY_MACROS[fast]
+    src = CU_PATH.read_text()
+    defines = [f"-D{k}={v}" for k, v in sorted(m.items())]
+    key = hashlib.sha256((src + "\n" + CPP_SRC + "\n" + " ".join(defines)).encode()).hexdigest()[:16]
+    if key not in _BUILT:
+        from torch.utils.cpp_extension import load_inline
+
+        _BUILT[key] = load_inline(
+            name=f"kp_attn_fwd_{key}",
+            cpp_sources=CPP_SRC,
+            cuda_sources=src,
+            functions=["attn_fwd_into"],
+            # An explicit -gencode keeps torch from adding a plain sm_90 pass, which rejects wgmma.
+            extra_cuda_cflags=[*NVCC_FLAGS, *defines],
+            verbose=False,
+        )
+    _BY_MACROS[fast] = _BUILT[key]
+    return _BUILT[key]
+
+
+def attn_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, with_lse: bool,
+                 **overrides: int):
+    """SDPA forward with scale 1/sqrt(128): ``out`` or ``(out, lse)`` (lse fp32, natural log)."""
+    ext = build(causal, with_lse, **overrides)
+    q, k, v = (t.contiguous() for t in (q, k, v))
+    out = torch.empty_like(q)
+    b, h, s, _ = q.shape
+    lse = torch.empty((b, h, s) if with_lse else (0,), device=q.device, dtype=torch.float32)
+    ext.attn_fwd_into(q, k, v, out, lse, 1.0 / math.sqrt(q.shape[-1]))
+    return (out, lse) if with_lse else out
