@@ -1,0 +1,118 @@
+"""Executed-instruction evidence: which SASS opcodes a candidate's kernels actually ran (ncu's
+`sass__inst_executed_per_opcode`, an opcode-instanced metric, warp-level counts).
+
+This is the third leg of PTXBench's `correct_with_arch` rule (issue 11): the requested feature's SASS
+family must be present in the binary AND executed more than zero times; static presence never counts.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .collect import KernelProfile, Target, run_ncu
+
+OPCODE_METRIC = "sass__inst_executed_per_opcode"
+
+# Feature (the catalog's names) -> SASS opcode families whose execution proves it. Prefix match on the
+# base opcode ncu reports (HGMMA for every HGMMA.64xNx16 variant).
+FEATURE_SASS: dict[str, tuple[str, ...]] = {
+    "wgmma": ("HGMMA", "QGMMA", "IGMMA", "BGMMA"),
+    "fp8_wgmma": ("QGMMA",),
+    "tma": ("UTMALDG", "UTMASTG", "UTMAPF", "UTMAREDG", "UTMACCTL"),
+    "bulk_copy": ("UBLKCP", "UBLKRED", "UBLKPF"),
+    "mbarrier": ("SYNCS",),
+    "setmaxnreg": ("USETMAXREG",),
+    "stmatrix": ("STSM",),
+    "ldmatrix": ("LDSM",),
+    "cp_async": ("LDGSTS",),
+    "mma_sync": ("HMMA", "IMMA", "QMMA"),
+    "elect_sync": ("ELECT",),
+    "fence_proxy_async": ("FENCE",),
+    "cluster": ("UCGABAR", "CGAERRBAR"),
+    "dsmem": ("LDS", "STS", "ATOMS"),  # shared::cluster addresses; weak evidence, see note in report
+    "tcgen05_mma": ("UTCHMMA", "UTCQMMA", "UTCIMMA", "UTCMMA", "UTCOMMA"),
+    "tmem": ("LDTM", "STTM", "UTCATOMSWS"),
+    "tcgen05_cp": ("UTCCP",),
+}
+# Arch-family headline sets used by correct_with_arch when a task names no features: Hopper GMMA or TMA,
+# Blackwell UTC* or LDTM/STTM.
+ARCH_FAMILIES = {"sm_90a": ("HGMMA", "QGMMA", "UTMALDG", "UTMASTG"),
+                 "sm_100a": ("UTCHMMA", "UTCQMMA", "UTCMMA", "UTCCP", "LDTM", "STTM")}
+
+
+def opcode_counts(profile: KernelProfile) -> dict[str, float]:
+    """Executed warp-level instructions per SASS opcode for one launch ({} when not collected)."""
+    return dict(profile.instances.get(OPCODE_METRIC, {}))
+
+
+def _family_count(counts: dict[str, float], families: tuple[str, ...]) -> float:
+    return sum(v for op, v in counts.items() if op.split(".")[0].startswith(families))
+
+
+@dataclass
+class FeatureEvidence:
+    feature: str
+    families: tuple[str, ...]
+    executed: float                       # total warp-level executions across the profiled launches
+    kernels: list[str] = field(default_factory=list)   # kernels that executed the family
+
+    @property
+    def ok(self) -> bool:
+        return self.executed > 0
+
+
+def feature_evidence(profiles: list[KernelProfile], features: list[str] | tuple[str, ...]) -> dict[str, FeatureEvidence]:
+    """Per requested feature: how many times its SASS family executed, and in which kernels."""
+    out = {}
+    for f in features:
+        fam = FEATURE_SASS.get(f)
+        if fam is None:
+            raise ValueError(f"no SASS family known for feature {f!r}; known: {sorted(FEATURE_SASS)}")
+        total, kernels = 0.0, []
+        for p in profiles:
+            n = _family_count(opcode_counts(p), fam)
+            if n > 0:
+                total += n
+                kernels.append(p.name)
+        out[f] = FeatureEvidence(f, fam, total, sorted(set(kernels)))
+    return out
+
+
+def executed_ok(profiles: list[KernelProfile], features: list[str] | tuple[str, ...], arch: str = "sm_90a") -> bool:
+    """The executed leg of correct_with_arch: every requested feature executed (> 0); with no feature
+    list, any of the arch's headline families executed. False when no opcode data was collected."""
+    if not any(opcode_counts(p) for p in profiles):
+        return False
+    if features:
+        return all(e.ok for e in feature_evidence(profiles, features).values())
+    fam = ARCH_FAMILIES.get(arch, ())
+    return any(_family_count(opcode_counts(p), fam) > 0 for p in profiles)
+
+
+def executed_opcodes(target: Target, export: Path | None = None, timeout: float = 600) -> tuple[list[KernelProfile], dict[str, dict[str, float]]]:
+    """Run ncu collecting only the per-opcode executed counts (cheap: one SASS-patching pass).
+
+    Returns (profiles, {kernel name: {opcode: count}}), counts summed over the target's launches.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        rep = export or Path(tmp) / "opcodes.ncu-rep"
+        profiles, _info = run_ncu(target, rep, metrics=[OPCODE_METRIC, "gpu__time_duration.sum"], sections=[],
+                                  timeout=timeout)
+    by_kernel: dict[str, dict[str, float]] = {}
+    for p in profiles:
+        agg = by_kernel.setdefault(p.name, {})
+        for op, n in opcode_counts(p).items():
+            agg[op] = agg.get(op, 0.0) + n
+    return profiles, by_kernel
+
+
+def evidence_payload(profiles: list[KernelProfile], features: list[str] | tuple[str, ...], arch: str) -> dict[str, Any]:
+    """What the run store keeps as proof: per-feature counts plus the raw per-kernel opcode table."""
+    ev = feature_evidence(profiles, features) if features else {}
+    return {"arch": arch, "executed_ok": executed_ok(profiles, features, arch),
+            "features": {f: {"families": list(e.families), "executed": e.executed, "kernels": e.kernels}
+                         for f, e in ev.items()},
+            "opcodes": {f"{p.launch}:{p.name}": opcode_counts(p) for p in profiles}}

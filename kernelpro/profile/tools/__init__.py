@@ -1,0 +1,1 @@
+"""Stage-two micro-profiling tools; see registry.py."""

@@ -1,0 +1,100 @@
+"""Parsing Nsight Compute output: the raw CSV page, the recorded JSON, ptxas -v, executed opcodes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kernelpro.profile.collect import KernelProfile, Target, load_profiles, ncu_command, parse_raw_csv
+from kernelpro.profile.executed import evidence_payload, executed_ok, feature_evidence, opcode_counts
+from kernelpro.profile.tools.spills import parse_ptxas_verbose
+
+DATA = Path(__file__).parent / "data" / "ncu"
+RECORDED = (DATA / "clean_copy.json").is_file()
+needs_recording = pytest.mark.skipif(
+    not RECORDED, reason="no recorded ncu data in tests/data/ncu: run scripts/gpu_profile_record.sh on a GPU and unpack it")
+
+
+@needs_recording
+def test_recorded_csv_matches_recorded_json():
+    # The two readers (CSV page and ncu_report) must agree on scalar metrics of the same launch.
+    csv_profiles = parse_raw_csv((DATA / "uncoalesced.csv").read_text())
+    json_profiles = load_profiles(DATA / "uncoalesced.json")
+    assert len(csv_profiles) == len(json_profiles) == 1
+    c, j = csv_profiles[0], json_profiles[0]
+    assert "uncoalesced_gather" in c.name
+    assert c.block == (256, 1, 1) and c.grid[0] == (1 << 26) // 256
+    for m in ("dram__bytes_read.sum", "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "launch__registers_per_thread"):
+        assert c.value(m) == pytest.approx(j.value(m), rel=1e-6), m
+    assert c.duration_ns and c.duration_ns == pytest.approx(j.duration_ns, rel=1e-6)
+
+
+def test_csv_units_and_thousands_separators():
+    text = ('==PROF== Connected\n"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
+            '"Block Size","Grid Size","Device","CC","gpu__time_duration.sum","dram__bytes_read.sum"\n'
+            '"","","","","","","","","","","","usecond","byte"\n'
+            '"3","1","a","h","k(float*)","1","7","(128, 1, 1)","(4, 2, 1)","0","9.0","12.5","1,048,576"\n')
+    (p,) = parse_raw_csv(text)
+    assert p.launch == 3 and p.grid == (4, 2, 1) and p.block == (128, 1, 1)
+    assert p.duration_ns == pytest.approx(12500) and p.value("dram__bytes_read.sum") == 1048576
+
+
+def test_csv_without_header_gives_nothing():
+    assert parse_raw_csv("==ERROR== no kernels were profiled\n") == []
+
+
+def test_profile_round_trip():
+    p = KernelProfile("k", 1, (1, 2, 3), (32, 1, 1), 10.0, {"a__b.sum": (5, "byte")}, {"sass__x": {"FFMA": 2.0}})
+    assert KernelProfile.from_dict(json.loads(json.dumps(p.to_dict()))) == p
+
+
+@needs_recording
+def test_executed_opcodes_on_recorded_wgmma_run():
+    profiles = load_profiles(DATA / "wgmma_bulk_opcodes.json")
+    ops = opcode_counts(profiles[0])
+    assert ops.get("HGMMA", 0) > 0 and ops.get("UBLKCP", 0) > 0 and ops.get("SYNCS", 0) > 0
+    assert ops.get("UTMALDG", 0) == 0
+    ev = feature_evidence(profiles, ("wgmma", "bulk_copy", "mbarrier", "tma"))
+    assert ev["wgmma"].ok and ev["bulk_copy"].ok and ev["mbarrier"].ok and not ev["tma"].ok
+    assert executed_ok(profiles, ("wgmma",)) and not executed_ok(profiles, ("wgmma", "tma"))
+    assert executed_ok(profiles, (), "sm_90a")            # HGMMA is a Hopper headline family
+    assert not executed_ok(profiles, (), "sm_100a")       # no UTC*/LDTM/STTM on this kernel
+
+
+def test_executed_evidence_is_false_without_opcode_data():
+    p = KernelProfile("k", metrics={"gpu__time_duration.sum": (1.0, "nsecond")})
+    assert not executed_ok([p], ("wgmma",))
+    assert evidence_payload([p], ("wgmma",), "sm_90a")["executed_ok"] is False
+
+
+@needs_recording
+def test_ffma_plant_executes_no_tensor_opcodes():
+    (p,) = load_profiles(DATA / "ffma_matmul.json")
+    ops = opcode_counts(p)
+    assert ops["FFMA"] > 1e6 and not any(op.startswith(("HMMA", "HGMMA")) for op in ops)
+
+
+def test_unknown_feature_is_an_error():
+    with pytest.raises(ValueError):
+        feature_evidence([], ("warp_magic",))
+
+
+@needs_recording
+def test_ptxas_verbose():
+    log = (DATA / "spills.json").read_text()
+    res = json.loads(log)["ptxas"]
+    (k,) = res.values()
+    assert k["spill_stores"] > 0 and k["registers"] <= 32
+    text = ("ptxas info    : Compiling entry function '_Z1kPf' for 'sm_90a'\nptxas info    : Function properties for _Z1kPf\n"
+            "    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\nptxas info    : Used 40 registers, used 0 barriers\n")
+    assert parse_ptxas_verbose(text) == {"_Z1kPf": {"stack_bytes": 8, "spill_stores": 4, "spill_loads": 4, "registers": 40}}
+
+
+def test_ncu_command_targets_candidate_kernels_only():
+    cmd = ncu_command(Path("ncu"), Target(["./a.out"], kernel_regex="gemm", launch_skip=1, launch_count=2, from_start=False),
+                      Path("r.ncu-rep"), ["gpu__time_duration.sum"], ["SpeedOfLight"])
+    s = " ".join(cmd)
+    assert "--clock-control none" in s and "--kernel-name regex:gemm" in s and "--launch-skip 1" in s
+    assert "--profile-from-start off" in s and cmd[-2:] == ["--", "./a.out"]
