@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelpro.errors import KernelProError
 from kernelpro.profile.collect import KernelProfile, Target, load_profiles, ncu_command, parse_raw_csv
 from kernelpro.profile.executed import evidence_payload, executed_ok, feature_evidence, opcode_counts
 from kernelpro.profile.tools.spills import parse_ptxas_verbose
@@ -77,8 +78,20 @@ def test_ffma_plant_executes_no_tensor_opcodes():
 
 
 def test_unknown_feature_is_an_error():
-    with pytest.raises(ValueError):
+    with pytest.raises(KernelProError, match="unknown feature 'warp_magic'"):
         feature_evidence([], ("warp_magic",))
+
+
+def test_executed_families_come_from_the_catalog_and_never_match_a_bare_prefix():
+    from kernelpro.profile.executed import _family_count, sass_families
+
+    assert sass_families("wgmma") == ("BGMMA", "HGMMA", "IGMMA", "QGMMA")
+    assert sass_families("tmem", "sm_100a") == ("LDTM", "STTM", "UTCATOMSWS")
+    assert "PRMT" not in sass_families("dsmem"), "operand-refined evidence cannot come from opcode counts"
+    # LDSM (ldmatrix) must not count as STAS/REDAS-style dsmem, nor HMMA as HGMMA.
+    assert _family_count({"LDSM": 10.0, "HMMA": 5.0}, sass_families("dsmem")) == 0
+    assert _family_count({"HMMA": 5.0}, sass_families("wgmma")) == 0
+    assert _family_count({"UCGABAR_ARV": 2.0, "UCGABAR": 1.0}, sass_families("cluster")) == 3
 
 
 @needs_recording

@@ -16,27 +16,16 @@ from .collect import KernelProfile, Target, run_ncu
 
 OPCODE_METRIC = "sass__inst_executed_per_opcode"
 
-# Feature (the catalog's names) -> SASS opcode families whose execution proves it. Prefix match on the
-# base opcode ncu reports (HGMMA for every HGMMA.64xNx16 variant).
-FEATURE_SASS: dict[str, tuple[str, ...]] = {
-    "wgmma": ("HGMMA", "QGMMA", "IGMMA", "BGMMA"),
-    "fp8_wgmma": ("QGMMA",),
-    "tma": ("UTMALDG", "UTMASTG", "UTMAPF", "UTMAREDG", "UTMACCTL"),
-    "bulk_copy": ("UBLKCP", "UBLKRED", "UBLKPF"),
-    "mbarrier": ("SYNCS",),
-    "setmaxnreg": ("USETMAXREG",),
-    "stmatrix": ("STSM",),
-    "ldmatrix": ("LDSM",),
-    "cp_async": ("LDGSTS",),
-    "mma_sync": ("HMMA", "IMMA", "QMMA"),
-    "elect_sync": ("ELECT",),
-    "fence_proxy_async": ("FENCE",),
-    "cluster": ("UCGABAR", "CGAERRBAR"),
-    "dsmem": ("LDS", "STS", "ATOMS"),  # shared::cluster addresses; weak evidence, see note in report
-    "tcgen05_mma": ("UTCHMMA", "UTCQMMA", "UTCIMMA", "UTCMMA", "UTCOMMA"),
-    "tmem": ("LDTM", "STTM", "UTCATOMSWS"),
-    "tcgen05_cp": ("UTCCP",),
-}
+# Feature -> SASS opcode families whose execution proves it, derived from the verifier's catalog so the
+# static and executed legs of correct_with_arch share one definition. ncu counts base opcodes only, so
+# patterns refined by operands (PRMT 0x654 for `mapa`) cannot be evidence here and are left out.
+def sass_families(feature: str, arch: str = "sm_90a") -> tuple[str, ...]:
+    from ..features import catalog_arch, load_catalog
+
+    f = load_catalog().feature(catalog_arch(arch), feature)
+    return tuple(sorted({p.prefix[0] for p in f.sass if p.operand is None}))
+
+
 # Arch-family headline sets used by correct_with_arch when a task names no features: Hopper GMMA or TMA,
 # Blackwell UTC* or LDTM/STTM.
 ARCH_FAMILIES = {"sm_90a": ("HGMMA", "QGMMA", "UTMALDG", "UTMASTG"),
@@ -48,8 +37,15 @@ def opcode_counts(profile: KernelProfile) -> dict[str, float]:
     return dict(profile.instances.get(OPCODE_METRIC, {}))
 
 
+def _same_family(op: str, fam: str) -> bool:
+    # ncu may report UCGABAR where the disassembly says UCGABAR_ARV, and vice versa; never a bare prefix
+    # (LDS must not count LDSM).
+    base = op.split(".")[0]
+    return base == fam or base.startswith(fam + "_") or fam.startswith(base + "_")
+
+
 def _family_count(counts: dict[str, float], families: tuple[str, ...]) -> float:
-    return sum(v for op, v in counts.items() if op.split(".")[0].startswith(families))
+    return sum(v for op, v in counts.items() if any(_same_family(op, f) for f in families))
 
 
 @dataclass
@@ -64,13 +60,12 @@ class FeatureEvidence:
         return self.executed > 0
 
 
-def feature_evidence(profiles: list[KernelProfile], features: list[str] | tuple[str, ...]) -> dict[str, FeatureEvidence]:
+def feature_evidence(profiles: list[KernelProfile], features: list[str] | tuple[str, ...],
+                     arch: str = "sm_90a") -> dict[str, FeatureEvidence]:
     """Per requested feature: how many times its SASS family executed, and in which kernels."""
     out = {}
     for f in features:
-        fam = FEATURE_SASS.get(f)
-        if fam is None:
-            raise ValueError(f"no SASS family known for feature {f!r}; known: {sorted(FEATURE_SASS)}")
+        fam = sass_families(f, arch)
         total, kernels = 0.0, []
         for p in profiles:
             n = _family_count(opcode_counts(p), fam)
@@ -87,7 +82,7 @@ def executed_ok(profiles: list[KernelProfile], features: list[str] | tuple[str, 
     if not any(opcode_counts(p) for p in profiles):
         return False
     if features:
-        return all(e.ok for e in feature_evidence(profiles, features).values())
+        return all(e.ok for e in feature_evidence(profiles, features, arch).values())
     fam = ARCH_FAMILIES.get(arch, ())
     return any(_family_count(opcode_counts(p), fam) > 0 for p in profiles)
 
@@ -111,7 +106,7 @@ def executed_opcodes(target: Target, export: Path | None = None, timeout: float 
 
 def evidence_payload(profiles: list[KernelProfile], features: list[str] | tuple[str, ...], arch: str) -> dict[str, Any]:
     """What the run store keeps as proof: per-feature counts plus the raw per-kernel opcode table."""
-    ev = feature_evidence(profiles, features) if features else {}
+    ev = feature_evidence(profiles, features, arch) if features else {}
     return {"arch": arch, "executed_ok": executed_ok(profiles, features, arch),
             "features": {f: {"families": list(e.families), "executed": e.executed, "kernels": e.kernels}
                          for f, e in ev.items()},

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..advice import Finding
-from ..executed import FEATURE_SASS, opcode_counts
+from ..executed import _family_count, opcode_counts, sass_families
 from .registry import Context, tool
 
 COPY_FEATURES = ("tma", "bulk_copy", "cp_async")
@@ -26,8 +26,8 @@ def tma(ctx: Context) -> list[Finding]:
     out = []
     ldg = sum(v for op, v in ops.items() if op.split(".")[0] in ("LDG", "LD"))
     for f in wanted:
-        fam = FEATURE_SASS[f]
-        n = sum(v for op, v in ops.items() if op.split(".")[0].startswith(fam))
+        fam = sass_families(f, ctx.arch)
+        n = _family_count(ops, fam)
         if n > 0:
             continue
         out.append(Finding(
