@@ -1,0 +1,225 @@
+"""The isolated worker: `python -m kernelpro.worker JOBFILE RESULTFILE` evaluates one candidate.
+
+The parent (`run_job`) writes the job as JSON, starts this module in a new session (process group) with
+`CUDA_VISIBLE_DEVICES` set to one GPU and `TORCH_EXTENSIONS_DIR` pointing into a compile cache keyed by
+the candidate's content hash, and waits with a wall-clock timeout; on timeout it kills the whole group.
+The worker caps GPU memory with `torch.cuda.set_per_process_memory_fraction` (allocations through
+PyTorch only: a raw cudaMalloc in a candidate is not capped) and, on the CPU, the address space with
+RLIMIT_AS. It writes its result atomically (temp file + rename), so the parent sees a whole record or
+none. No record means the process died: the exit signal names the reason (segfault, abort, kill).
+
+Stages are also appended to RESULTFILE.stage as they start, so a crash can be placed (compile vs. run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+DEFAULT_TIMEOUT_S = 300.0
+
+
+def write_json_atomic(path: str | Path, data: dict[str, Any]) -> None:
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, default=str)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with __import__("contextlib").suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("KERNELPRO_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "kernelpro"
+
+
+def _signal_name(rc: int) -> str:
+    try:
+        return signal.Signals(-rc).name
+    except ValueError:
+        return f"signal {-rc}"
+
+
+def run_job(job: dict[str, Any], *, timeout_s: float = DEFAULT_TIMEOUT_S, gpu: int | None = None,
+            cache_dir: str | Path | None = None, sanitizer: str | None = None,
+            workdir: str | Path | None = None) -> dict[str, Any]:
+    """Run one evaluation job in a fresh worker process; always returns a result record (never raises
+    for anything the candidate does)."""
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    cand_hash = job.get("candidate_hash") or "nohash"
+    ext_dir = cache / "torch_extensions" / cand_hash[:16]
+    ext_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="kp-job-", dir=workdir))
+    jobfile, resultfile = tmp / "job.json", tmp / "result.json"
+    write_json_atomic(jobfile, job)
+    env = dict(os.environ)
+    env["TORCH_EXTENSIONS_DIR"] = str(ext_dir)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent.parent)] +
+                                        ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    cmd = [sys.executable, "-m", "kernelpro.worker", str(jobfile), str(resultfile)]
+    if sanitizer:
+        from .toolchain import require_tool
+
+        cmd = [str(require_tool("compute-sanitizer")), "--tool", sanitizer, "--error-exitcode", "86",
+               "--print-limit", "20"] + cmd
+    t0 = time.monotonic()
+    with open(tmp / "stderr.txt", "wb") as errf:
+        proc = subprocess.Popen(cmd, stdout=errf, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                cwd=str(tmp))
+        timed_out = False
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+            rc = proc.wait()
+        except BaseException:
+            _kill_group(proc)  # Ctrl-C in the parent must not leave a worker holding the GPU
+            proc.wait()
+            raise
+    wall = time.monotonic() - t0
+    log = (tmp / "stderr.txt").read_bytes()[-4000:].decode(errors="replace")
+    stages = (tmp / "result.json.stage").read_text().split() if (tmp / "result.json.stage").exists() else []
+    result: dict[str, Any] | None = None
+    if resultfile.exists():
+        try:
+            result = json.loads(resultfile.read_text())
+        except (OSError, json.JSONDecodeError):
+            result = None
+    if timed_out:
+        result = _failure(job, "timeout", f"killed after {timeout_s:g} s (stage: {stages[-1] if stages else 'start'})",
+                          compiled=("compiled" in stages))
+    elif result is None:
+        if rc < 0:
+            detail = f"worker died with {_signal_name(rc)} (stage: {stages[-1] if stages else 'start'})"
+        else:
+            detail = f"worker exited with code {rc} and no result (stage: {stages[-1] if stages else 'start'})"
+        tail = [ln for ln in log.splitlines() if ln.strip()][-3:]
+        if tail:
+            detail += ": " + " | ".join(tail)[-300:]
+        low = log.lower()
+        name = "oom" if ("out of memory" in low or "memoryerror" in low or rc == -signal.SIGKILL) and not timed_out else "crash"
+        result = _failure(job, name, detail, compiled=("compiled" in stages))
+    elif sanitizer and rc == 86:
+        result.setdefault("checks", []).append({"name": "sanitizer", "ok": False, "severity": "fail",
+                                                "detail": f"compute-sanitizer {sanitizer}: " + _sanitizer_summary(log)})
+        result["failed_checks"] = ["sanitizer"] + [n for n in result.get("failed_checks", []) if n != "sanitizer"]
+        result.update(ok=False, status="failed", reason="sanitizer", correct=False)
+    result["worker"] = {"rc": rc, "wall_s": wall, "timeout_s": timeout_s, "gpu": gpu, "log_tail": log[-1500:],
+                        "sanitizer": sanitizer}
+    _cleanup(tmp)
+    return result
+
+
+def _sanitizer_summary(log: str) -> str:
+    lines = [ln for ln in log.splitlines() if "=========" in ln and ("ERROR SUMMARY" in ln or "Invalid" in ln or "Race" in ln)]
+    return " | ".join(lines[:3])[:300] or "errors reported"
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _cleanup(tmp: Path) -> None:
+    for p in tmp.iterdir():
+        try:
+            p.unlink()
+        except OSError:
+            pass
+    try:
+        tmp.rmdir()
+    except OSError:
+        pass
+
+
+def _failure(job: dict[str, Any], name: str, detail: str, compiled: bool = False) -> dict[str, Any]:
+    return {"schema": 1, "task": job.get("task_key"), "candidate": job.get("candidate_path"),
+            "device": job.get("device"), "status": "failed", "ok": False, "reason": name, "detail": detail,
+            "compiled": compiled, "correct": False, "correct_shown": None, "correct_heldout": None,
+            "checks": [{"name": name, "ok": False, "severity": "fail", "detail": detail}],
+            "failed_checks": [name], "warnings": [], "correctness": []}
+
+
+def _worker_main(jobfile: str, resultfile: str) -> int:
+    stage_path = resultfile + ".stage"
+
+    def stage(name: str) -> None:
+        with open(stage_path, "a") as f:
+            f.write(name + "\n")
+
+    stage("start")
+    job = json.loads(Path(jobfile).read_text())
+    device = job.get("device", "cuda")
+    if device == "cpu" and job.get("cpu_mem_limit_gb"):
+        import resource
+
+        lim = int(float(job["cpu_mem_limit_gb"]) * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
+    import torch
+
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            write_json_atomic(resultfile, _failure(job, "crash", "worker sees no CUDA device"))
+            return 0
+        torch.cuda.set_device(0)
+        torch.cuda.set_per_process_memory_fraction(float(job.get("mem_fraction", 0.9)))
+    # Import Triton before the identity snapshot so triton.testing is in it; dynamo's own lazy re-wrapping
+    # of torch functions is recognised as benign by evaluate.compare_snapshot.
+    if device.startswith("cuda"):
+        try:
+            import triton  # noqa: F401
+            import triton.testing  # noqa: F401
+        except ImportError:
+            pass
+    if job.get("preimport_dynamo"):
+        import torch._dynamo  # noqa: F401
+    from .evaluate import EvalConfig, Evaluator, clean_for_json, source_warnings
+
+    cfg = EvalConfig.from_dict(job)
+    ev = Evaluator(cfg)
+    orig_import = ev.import_candidate
+
+    def import_with_stage() -> Any:
+        stage("compile")
+        mod = orig_import()
+        stage("compiled")
+        return mod
+
+    ev.import_candidate = import_with_stage  # type: ignore[method-assign]
+    result = ev.run()
+    try:
+        result["source_warnings"] = source_warnings(Path(cfg.candidate_path).read_text())
+    except OSError:
+        result["source_warnings"] = []
+    result["task_key"] = job.get("task_key")
+    stage("done")
+    write_json_atomic(resultfile, clean_for_json(result))
+    sys.stdout.flush()
+    # a candidate's stray non-daemon threads must not keep the worker alive past its verdict
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        print("usage: python -m kernelpro.worker JOBFILE RESULTFILE", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(_worker_main(sys.argv[1], sys.argv[2]))

@@ -1,0 +1,54 @@
+"""The harness's candidate corpus: each file's docstring names its task, its device and its expected verdict."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).parent
+TASKS = HERE / "tasks"
+CANDIDATES = HERE / "candidates"
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: Path
+    kind: str      # adversarial | honest
+    expect: str    # a check name, or "passed"
+    task: str      # file stem under tests/tasks
+    device: str    # any | cpu | gpu
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}/{self.path.stem}"
+
+    @property
+    def task_path(self) -> Path:
+        return TASKS / f"{self.task}.py"
+
+
+def entries(kind: str | None = None) -> list[Entry]:
+    out = []
+    for k in ("adversarial", "honest"):
+        if kind and k != kind:
+            continue
+        for p in sorted((CANDIDATES / k).glob("*.py")):
+            doc = ast.get_docstring(ast.parse(p.read_text())) or ""
+            fields = dict(line.split(": ", 1) for line in doc.splitlines()[:3] if ": " in line)
+            out.append(Entry(p, k, fields["expect"], fields["task"], fields.get("device", "any")))
+    return out
+
+
+def job_for(e: Entry, device: str, **extra) -> dict:
+    from kernelpro.candidate import load_candidate
+
+    c = load_candidate(e.path)
+    return {"task_path": str(e.task_path), "task_suite": "harness_tests", "task_key": f"harness_tests/{e.task}",
+            "candidate_path": str(c.path), "candidate_hash": c.hash, "device": device, **extra}
+
+
+def verdict_ok(e: Entry, result: dict) -> bool:
+    if e.expect == "passed":
+        return bool(result.get("ok"))
+    return (not result.get("ok")) and e.expect in (result.get("failed_checks") or [])

@@ -1,0 +1,67 @@
+"""`kernelpro bench` end to end on the CPU: static-only mode, --device cpu, missing solutions, resume, JSON."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from kernelpro.cli import main
+from kernelpro.store import Store
+
+HERE = Path(__file__).parent
+TASKS = HERE / "tasks"
+
+
+def _solutions(tmp_path: Path) -> Path:
+    d = tmp_path / "sol"
+    d.mkdir()
+    shutil.copy(HERE / "candidates/honest/vector_add_torch.py", d / "vector_add.py")
+    shutil.copy(HERE / "candidates/adversarial/library_fallback.py", d / "matmul_fp32.py")
+    return d
+
+
+def test_bench_cpu_json_records_everything(tmp_path, capsys):
+    db = tmp_path / "runs.db"
+    rc = main(["bench", str(TASKS), "--solutions", str(_solutions(tmp_path)), "--device", "cpu", "--baselines",
+               "eager", "--trials", "1", "--sizes", "shown", "--json", "--db", str(db)])
+    assert rc == 0
+    rep = json.loads(capsys.readouterr().out)
+    rows = {r["task"].split("/")[-1]: r for r in rep["rows"]}
+    assert rows["vector_add"]["correct"] is True and rows["vector_add"]["speedup"]["eager"] > 0
+    assert rows["matmul_fp32"]["reason"] == "library_fallback" and rows["matmul_fp32"]["correct"] is False
+    assert any("matmul_bf16: skipped, no solution file" in n for n in rep["notes"])
+    s = rep["summary"]["eager"]
+    assert s["compile_rate"] == 1.0 and s["correct_rate"] == 0.5
+    store = Store(db)
+    run = store.runs("bench")[-1]
+    assert run["status"] == "done"
+    cands = store.candidates(run["id"])
+    assert len(cands) == 2 and all(store.latest("evaluations", c["id"]) for c in cands)
+    assert {v["arch"] for c in cands for v in store.results("verifications", c["id"])} == {"sm_90a", "sm_100a"}
+
+
+def test_bench_without_gpu_says_what_it_skipped_and_resume_skips_done(tmp_path, capsys):
+    from kernelpro.toolchain import no_gpu_reason
+
+    if no_gpu_reason() is None:
+        import pytest
+
+        pytest.skip("this machine has a GPU")
+    db = tmp_path / "runs.db"
+    sol = _solutions(tmp_path)
+    assert main(["bench", str(TASKS), "--solutions", str(sol), "--task", "vector_add", "--db", str(db)]) == 0
+    out = capsys.readouterr().out.replace("\n", " ")
+    assert "skipped: no GPU" in out and "verified statically for sm_90a, sm_100a" in out
+    store = Store(db)
+    run_id = store.runs("bench")[-1]["id"]
+    n = len(store.results("verifications", store.candidates(run_id)[0]["id"]))
+    assert main(["bench", str(TASKS), "--resume", str(run_id), "--db", str(db)]) == 0
+    assert len(store.results("verifications", store.candidates(run_id)[0]["id"])) == n  # nothing redone
+
+
+def test_bench_bad_input_is_one_line(tmp_path, capsys):
+    assert main(["bench", str(TASKS), "--solutions", str(tmp_path / "nope"), "--db", str(tmp_path / "r.db")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "not a folder" in err and len(err.splitlines()) == 1
+    assert main(["bench", str(TASKS), "--baselines", "eager,magic", "--db", str(tmp_path / "r.db")]) == 1

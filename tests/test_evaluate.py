@@ -1,0 +1,146 @@
+"""In-process unit tests of the evaluator's building blocks (the worker-level behaviour is in
+test_adversarial.py and test_worker.py)."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from kernelpro.evaluate import (
+    DEFAULT_CEILINGS,
+    PRIORITY,
+    bitwise_equal,
+    classify_exception,
+    compare_snapshot,
+    error_stats,
+    overlaps,
+    poison_allocator,
+    poison_mask,
+    precision_flags,
+    set_precision_policy,
+    snapshot,
+)
+from kernelpro.task import DEFAULT_TOLERANCE
+
+
+def test_poison_pattern_is_not_an_arithmetic_nan():
+    t = torch.full((8,), float("nan"))
+    assert not poison_mask(t).any()
+    p = torch.empty(8)
+    p.view(torch.int32).fill_(-1)
+    assert poison_mask(p).all() and torch.isnan(p).all()
+    for dt in (torch.float16, torch.bfloat16, torch.float64):
+        q = torch.empty(4, dtype=dt)
+        q.view(torch.uint8).fill_(255)
+        assert poison_mask(q).all()
+
+
+def test_poisoned_freed_memory_reaches_a_fresh_empty():
+    n = 1 << 16
+    poison_allocator([4 * n], "cpu")
+    e = torch.empty(n)
+    assert poison_mask(e).float().mean() > 0.9
+
+
+def test_error_stats_separates_poison_nan_and_error():
+    ref = torch.randn(1000)
+    tol = DEFAULT_TOLERANCE["fp32"]
+    assert error_stats(ref.clone(), ref, tol)["ok"]
+    out = ref.clone()
+    out.view(torch.int32)[:10] = -1
+    st = error_stats(out, ref, tol)
+    assert (st["poisoned"], st["nonfinite"], st["ok"]) == (10, 0, False)
+    out = ref.clone()
+    out[3] = float("inf")
+    st = error_stats(out, ref, tol)
+    assert (st["poisoned"], st["nonfinite"], st["ok"]) == (0, 1, False)
+
+
+def test_fp32_tolerance_rejects_bf16_arithmetic():
+    a, b = torch.randn(128, 256), torch.randn(256, 128)
+    ref = a @ b
+    low = (a.bfloat16().float() @ b.bfloat16().float())
+    assert not error_stats(low, ref, DEFAULT_TOLERANCE["fp32"])["ok"]
+    assert error_stats(low.bfloat16(), ref.bfloat16(), DEFAULT_TOLERANCE["bf16"])["rel_norm"] < DEFAULT_TOLERANCE["bf16"]["rel_norm"]
+
+
+def test_aliasing_and_bitwise_equality():
+    x = torch.randn(100)
+    assert overlaps(x[10:20], x) and not overlaps(x.clone(), x)
+    y = x.clone()
+    y[5] = float("nan")
+    assert bitwise_equal(y, y.clone()) and not bitwise_equal(x, y)
+
+
+def test_snapshot_catches_patches_and_names_timers():
+    before = snapshot()
+    real_pc, real_allclose, real_sub = time.perf_counter, torch.allclose, torch.Tensor.sub
+    try:
+        time.perf_counter = lambda: 0.0
+        torch.allclose = lambda *a, **k: True
+        torch.Tensor.sub = lambda self, other: self
+        hits = dict((w, n) for n, w in compare_snapshot(before))
+    finally:
+        time.perf_counter, torch.allclose = real_pc, real_allclose
+        del torch.Tensor.sub
+    assert torch.Tensor.sub is real_sub or torch.Tensor.sub == real_sub
+    assert hits["time.perf_counter"] == "patched_timer"
+    assert hits["torch.allclose"] == "patched_torch"
+    assert hits["torch.Tensor.sub"] == "patched_torch"
+    assert compare_snapshot(snapshot()) == []
+
+
+def test_precision_policy_turns_tf32_off_for_fp32():
+    old = precision_flags()
+    try:
+        f = set_precision_policy("fp32")
+        assert f["matmul_tf32"] is False and f["cudnn_tf32"] is False and f["fp32_precision"] == "highest"
+        assert set_precision_policy("tf32")["matmul_tf32"] is True
+    finally:
+        from kernelpro.evaluate import restore_precision
+
+        restore_precision(old)
+
+
+def test_exception_classification():
+    assert classify_exception(torch.OutOfMemoryError("CUDA out of memory"))[0] == "oom"
+    assert classify_exception(RuntimeError("DefaultCPUAllocator: can't allocate memory"))[0] == "oom"
+    assert classify_exception(RuntimeError("CUDA error: an illegal memory access was encountered"))[0] == "crash"
+
+
+def test_priority_and_ceilings_are_complete():
+    from kernelpro.evaluate import CHECKS
+
+    assert set(PRIORITY) <= set(CHECKS) and len(PRIORITY) == len(set(PRIORITY))
+    assert DEFAULT_CEILINGS["bf16"] == 990e12 and DEFAULT_CEILINGS["bandwidth"] == 4.8e12
+
+
+def test_impossible_speed_with_a_low_ceiling(tmp_path):
+    """The speed-of-light check itself, on the CPU: with a 1 GB/s ceiling, any vector add of 12 MB 'beats'
+    physics; with the default H200 ceilings a CPU never does."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from harness_corpus import TASKS
+
+    from kernelpro.worker import run_job
+
+    cand = tmp_path / "c.py"
+    cand.write_text("import torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, a, b):\n        return a + b\n")
+    job = {"task_path": str(TASKS / "vector_add.py"), "candidate_path": str(cand), "device": "cpu", "trials": 1,
+           "sizes": "default", "rep_ms": 10, "warmup_ms": 1, "baselines": ["eager"]}
+    r = run_job({**job, "ceilings": {"bandwidth": 1e8}}, timeout_s=120)
+    assert r["reason"] == "impossible_speed", r.get("detail")
+    r = run_job(job, timeout_s=120)
+    assert r["ok"] and r["work"]["floor_ms"] > 0
+
+
+def test_jit_compiler_subprocesses_are_not_spawned_process():
+    from kernelpro.evaluate import _is_jit_tool
+
+    assert _is_jit_tool(("/usr/local/cuda/bin/ptxas", ["ptxas", "-v"], None, None))
+    assert _is_jit_tool((None, ["ninja", "-v"], None, None))
+    assert not _is_jit_tool(("/usr/bin/python3", ["python3", "-c", "pass"], None, None))
+    assert not _is_jit_tool((None, "sleep 10", None, None))

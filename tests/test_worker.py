@@ -1,0 +1,106 @@
+"""The isolated worker: results come back as records whatever the candidate does; GPU smoke tests."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from harness_corpus import TASKS, entries, job_for, verdict_ok  # noqa: E402
+
+from kernelpro.worker import run_job, write_json_atomic  # noqa: E402
+
+
+def _job(tmp_path, source: str, task: str = "vector_add", **kw):
+    p = tmp_path / "cand.py"
+    p.write_text(textwrap.dedent(source))
+    return {"task_path": str(TASKS / f"{task}.py"), "task_suite": "harness_tests", "candidate_path": str(p),
+            "candidate_hash": "t" * 16, "device": "cpu", "trials": 1, "rep_ms": 5, "warmup_ms": 1,
+            "baselines": ["eager"], **kw}
+
+
+def test_timeout_kills_whole_process_group(tmp_path):
+    marker = tmp_path / "child_alive"
+    src = f"""
+        import subprocess, sys, torch.nn as nn
+        subprocess.Popen([sys.executable, "-c", "import time,pathlib\\nwhile True:\\n pathlib.Path({str(marker)!r}).touch(); time.sleep(0.1)"])
+        class ModelNew(nn.Module):
+            def forward(self, a, b):
+                while True:
+                    pass
+    """
+    t0 = time.monotonic()
+    r = run_job(_job(tmp_path, src), timeout_s=5)
+    assert r["reason"] == "timeout" and time.monotonic() - t0 < 15
+    time.sleep(0.5)
+    marker.unlink(missing_ok=True)
+    time.sleep(0.5)
+    assert not marker.exists(), "a grandchild of the worker survived the timeout"
+
+
+def test_abort_is_a_crash_with_the_signal_named(tmp_path):
+    r = run_job(_job(tmp_path, """
+        import os, torch.nn as nn
+        class ModelNew(nn.Module):
+            def forward(self, a, b):
+                os.abort()
+    """), timeout_s=60)
+    assert r["reason"] == "crash" and "SIGABRT" in r["detail"]
+
+
+def test_exception_in_forward_is_a_crash_not_a_harness_error(tmp_path):
+    r = run_job(_job(tmp_path, """
+        import torch.nn as nn
+        class ModelNew(nn.Module):
+            def forward(self, a, b):
+                raise ValueError("kernel launch failed")
+    """), timeout_s=60)
+    assert r["reason"] == "crash" and "kernel launch failed" in r["detail"]
+
+
+def test_syntax_error_is_compile_error(tmp_path):
+    r = run_job(_job(tmp_path, "def broken(:\n"), timeout_s=60)
+    assert r["reason"] == "compile_error" and r["compiled"] is False
+
+
+def test_honest_result_has_the_documented_shape(tmp_path):
+    r = run_job(_job(tmp_path, """
+        import torch.nn as nn
+        class ModelNew(nn.Module):
+            def forward(self, a, b):
+                return a + b
+    """), timeout_s=120)
+    assert r["ok"] and r["status"] == "passed" and r["reason"] is None
+    for key in ("checks", "failed_checks", "correctness", "timing", "speedup", "work", "worker", "compiled",
+                "correct", "correct_shown", "correct_heldout"):
+        assert key in r, key
+    sizes = {rec["size"]["N"] for rec in r["correctness"]}
+    assert {1048576, 8192, 5003} <= sizes  # every declared size, the ragged one included
+    assert any(rec["which"] == "recheck" for rec in r["correctness"])
+    assert r["timing"]["stats"]["candidate"]["method"] == "perf_counter"
+    assert set(r["speedup"]) == {"eager"}
+
+
+def test_write_json_atomic_leaves_no_partial_file(tmp_path):
+    p = tmp_path / "r.json"
+    write_json_atomic(p, {"a": 1})
+    loop: dict = {}
+    loop["self"] = loop
+    with pytest.raises(ValueError):
+        write_json_atomic(p, loop)
+    assert p.read_text() == '{"a": 1}' and len(list(tmp_path.iterdir())) == 1
+
+
+@pytest.mark.gpu
+def test_gpu_honest_triton_passes_and_side_stream_is_flagged():
+    by = {e.path.stem: e for e in entries()}
+    for stem in ("vector_add_triton", "other_stream"):
+        e = by[stem]
+        r = run_job(job_for(e, "cuda", trials=2, rep_ms=30, baselines=["eager"]), timeout_s=180, gpu=0)
+        assert verdict_ok(e, r), (stem, r.get("reason"), r.get("failed_checks"), r.get("detail"))
+        if stem == "vector_add_triton":
+            assert r["timing"]["stats"]["candidate"]["method"] == "cuda_events"
