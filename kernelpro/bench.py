@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -169,6 +171,16 @@ def main(args: argparse.Namespace) -> int:
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                       TimeElapsedColumn(), console=console, transient=True) as progress:
             bar = progress.add_task("verify", total=len(tasks))
+            # nvcc dominates static verification and runs as a subprocess, so verify every
+            # (candidate, arch) pair concurrently before the loop records them in order.
+            pending = []
+            for task in tasks:
+                path = _solution_path(task, args.solutions)
+                if path is not None and task.key not in done:
+                    pending += [(task.key, arch, task, path) for arch in archs]
+            with ThreadPoolExecutor(max_workers=max(1, min(len(pending), os.cpu_count() or 1))) as ex:
+                verified = dict(zip([(k, a) for k, a, _, _ in pending],
+                                    ex.map(lambda x: _verify(x[2], x[3], x[1]), pending), strict=True))
             for task in tasks:
                 progress.update(bar, description=f"verify {task.name}")
                 path = _solution_path(task, args.solutions)
@@ -187,7 +199,7 @@ def main(args: argparse.Namespace) -> int:
                     continue
                 if not store.results("verifications", cid):
                     for arch in archs:
-                        ok, payload = _verify(task, path, arch)
+                        ok, payload = verified.get((task.key, arch)) or _verify(task, path, arch)
                         store.record("verifications", cid, bool(ok), {**payload, "features_ok": ok}, arch=arch)
                 if device != "none" and cand.kind == "py" and not store.results("evaluations", cid):
                     jobs.append(_job(task, cand, args, device, baselines))
