@@ -1,0 +1,151 @@
+"""Expert reference for ptxbench/gemm_bf16 on Hopper (sm_90a): C = A @ B, bf16 in/out, fp32 accumulate.
+
+The kernel lives in ``hopper_gemm.cu`` next to this file: a persistent, warp-specialized GEMM with
+TMA loads (128-byte swizzle) into a STAGES-deep shared-memory ring guarded by full/empty mbarriers,
+``wgmma.mma_async`` m64nBNk16 consumers (B read N-major through the trans-b flag), ``setmaxnreg``
+rebalancing registers from the producer warpgroup to the consumers, optional thread-block clusters
+along M that multicast the shared B tile, and a masked epilogue for ragged edges.
+
+``PARAMS`` is passed to nvcc as ``-DKP_<NAME>`` macros. Valid combinations (anything else stops the build
+with a ``static_assert`` naming the rule):
+
+- ``CONSUMERS`` in {1, 2}: consumer warpgroups (the block has 128*(CONSUMERS+1) threads).
+- ``BM`` <= 256 and a multiple of 64*CONSUMERS; each consumer owns BM/CONSUMERS rows.
+- ``BN`` in {64, 128, 192, 256}: the wgmma N.
+- ``BK`` in {64, 128, 192, 256}.
+- accumulators per consumer thread, (BM/CONSUMERS/64) * BN/2, at most 192
+  (e.g. BM=128,BN=256,CONSUMERS=2 -> 128; BM=256,BN=128,CONSUMERS=2 -> 128).
+- ``STAGES`` in [2, 16] with 1024 + STAGES*(BM*BK + BK*BN)*2 + 16*STAGES <= 232448 bytes
+  (BM=128,BN=256,BK=64: at most 4 stages).
+- ``CLUSTER_M`` in {1, 2, 4} and (BN/64) % CLUSTER_M == 0.
+- ``GROUP_M`` >= 1: super-rows per raster group (L2 reuse).
+- ``PRODUCER_REGS``, ``CONSUMER_REGS``: multiples of 8 in [24, 256] with
+  128*(PRODUCER_REGS + CONSUMERS*CONSUMER_REGS) <= 65536.
+
+``make_source(params)`` returns a standalone candidate file (the CUDA source embedded) for a search
+to write out as a variant.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# Best of the sweeps in docs/measurements/gemm_reference.md (0.943 and 0.947 of cuBLAS at 8192^3).
+PARAMS = {
+    "BM": 256,
+    "BN": 128,
+    "BK": 64,
+    "STAGES": 4,
+    "CONSUMERS": 2,
+    "CLUSTER_M": 2,
+    "GROUP_M": 8,
+    "PRODUCER_REGS": 40,
+    "CONSUMER_REGS": 232,
+}
+
+# ---- candidate body (make_source copies everything from here to the end marker) ----
+import hashlib  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+
+_PARAM_KEYS = ("BM", "BN", "BK", "STAGES", "CONSUMERS", "CLUSTER_M", "GROUP_M", "PRODUCER_REGS", "CONSUMER_REGS")
+_BUILT: dict[str, object] = {}
+
+
+def _cuda_source() -> str:
+    embedded = globals().get("CUDA_SRC")
+    if embedded:
+        return embedded
+    return Path(__file__).with_name("hopper_gemm.cu").read_text()
+
+
+_BINDING = r"""
+#include <torch/extension.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+extern "C" int kp_gemm_bf16_launch(const void* a, const void* b, void* c, int M, int N, int K, void* stream);
+extern "C" const char* kp_gemm_bf16_error(int code);
+
+torch::Tensor gemm_bf16(torch::Tensor A, torch::Tensor B) {
+  TORCH_CHECK(A.is_cuda() && B.is_cuda(), "gemm_bf16: A and B must be CUDA tensors");
+  TORCH_CHECK(A.scalar_type() == torch::kBFloat16 && B.scalar_type() == torch::kBFloat16,
+              "gemm_bf16: A and B must be bfloat16");
+  TORCH_CHECK(A.dim() == 2 && B.dim() == 2 && A.size(1) == B.size(0), "gemm_bf16: need A (M,K) and B (K,N)");
+  A = A.contiguous();
+  B = B.contiguous();
+  const int64_t M = A.size(0), K = A.size(1), N = B.size(1);
+  TORCH_CHECK(K % 8 == 0 && N % 8 == 0, "gemm_bf16: K and N must be multiples of 8 (16-byte TMA row strides)");
+  TORCH_CHECK(M < (1LL << 31) && N < (1LL << 31) && K < (1LL << 31), "gemm_bf16: dimensions must fit in int32");
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(A.data_ptr()) % 16 == 0 &&
+                  reinterpret_cast<uintptr_t>(B.data_ptr()) % 16 == 0,
+              "gemm_bf16: A and B must be 16-byte aligned");
+  c10::cuda::CUDAGuard guard(A.device());
+  auto C = torch::empty({M, N}, A.options());
+  if (M == 0 || N == 0) return C;
+  if (K == 0) return C.zero_();
+  const int rc = kp_gemm_bf16_launch(A.data_ptr(), B.data_ptr(), C.data_ptr(), (int)M, (int)N, (int)K,
+                                     c10::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(rc == 0, "gemm_bf16: ", kp_gemm_bf16_error(rc));
+  return C;
+}
+"""
+
+
+def _build(params: dict):
+    """Compile (once per source+params) and return the extension module."""
+    unknown = sorted(set(params) - set(_PARAM_KEYS))
+    if unknown:
+        raise ValueError(f"unknown PARAMS keys {unknown}; valid keys: {list(_PARAM_KEYS)}")
+    src = _cuda_source()
+    defines = [f"-DKP_{k}={int(params[k])}" for k in _PARAM_KEYS if k in params]
+    key = hashlib.sha256((src + _BINDING + " ".join(defines)).encode()).hexdigest()[:16]
+    if key not in _BUILT:
+        from torch.utils.cpp_extension import load_inline
+
+        _BUILT[key] = load_inline(
+            name=f"kp_gemm_bf16_{key}",
+            cpp_sources=_BINDING,
+            cuda_sources=src,
+            functions=["gemm_bf16"],
+            # An explicit -gencode keeps torch from adding a plain sm_90 pass, which rejects wgmma.
+            extra_cuda_cflags=["-gencode=arch=compute_90a,code=sm_90a", "-O3", *defines],
+            verbose=False,
+        )
+    return _BUILT[key]
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self._params = dict(PARAMS)
+
+    def forward(self, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+        return _build(self._params).gemm_bf16(A, B)
+# ---- end candidate body ----
+
+
+def make_source(params: dict) -> str:
+    """A standalone candidate .py for ``params`` (merged over PARAMS), with the CUDA source inlined."""
+    merged = dict(PARAMS)
+    merged.update(params)
+    unknown = sorted(set(merged) - set(_PARAM_KEYS))
+    if unknown:
+        raise ValueError(f"unknown PARAMS keys {unknown}; valid keys: {list(_PARAM_KEYS)}")
+    src = Path(__file__).with_name("hopper_gemm.cu").read_text()
+    if "'''" in src or src.rstrip().endswith("\\"):
+        raise ValueError("hopper_gemm.cu cannot be embedded in a raw triple-quoted string")
+    me = Path(__file__).read_text()
+    start = me.index("# ---- candidate body")
+    end = me.index("# ---- end candidate body ----")
+    body = me[me.index("\n", start) + 1:end]
+    params_text = "{\n" + "".join(f'    "{k}": {int(merged[k])},\n' for k in _PARAM_KEYS if k in merged) + "}"
+    return (
+        '"""bf16 GEMM candidate generated from the KernelPro Hopper reference (hopper_gemm.cu)."""\n\n'
+        "from __future__ import annotations\n\n"
+        "from pathlib import Path\n\n"
+        f"PARAMS = {params_text}\n\n"
+        f"CUDA_SRC = r'''{src}'''\n\n"
+        f"{body}"
+    )
