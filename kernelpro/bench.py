@@ -30,6 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("suite", help="suite name (ptxbench), a folder of task files, a task file, or suite/task")
     p.add_argument("--solutions", default="reference",
                    help="'reference' (the suite's reference/<task>.py) or a folder holding <task>.py per task")
+    p.add_argument("--path", help="a KernelBench checkout, with `kernelbench` as the suite")
+    p.add_argument("--level", type=int, help="only this KernelBench level")
     p.add_argument("--task", action="append", default=[], metavar="NAME", help="only this task (repeatable)")
     p.add_argument("--sizes", choices=("shown", "heldout", "all"), default="all",
                    help="which declared sizes the correctness checks use (default all)")
@@ -52,11 +54,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ray", action="store_true", help="spread candidates over a Ray cluster (multi-host)")
 
 
-def _resolve_tasks(spec: str, names: list[str]) -> tuple[str, list[Any]]:
+def _resolve_tasks(spec: str, names: list[str], kb_path: str | None = None,
+                   level: int | None = None) -> tuple[str, list[Any]]:
     from .task import find_task, load_suite
 
     p = Path(spec)
-    if p.suffix == ".py" and p.is_file():
+    if spec == "kernelbench":
+        from .suites.kernelbench import load_kernelbench
+
+        tasks = load_kernelbench(kb_path, level=level)
+    elif p.suffix == ".py" and p.is_file():
         tasks = [find_task(spec)]
     elif p.is_dir() or "/" not in spec:
         tasks = load_suite(spec)
@@ -75,6 +82,14 @@ def _resolve_tasks(spec: str, names: list[str]) -> tuple[str, list[Any]]:
 
 
 def _solution_path(task: Any, solutions: str) -> Path | None:
+    if task.suite == "kernelbench":
+        if solutions == "reference":
+            raise KernelProError("KernelBench ships no reference solutions; pass --solutions DIR")
+        from .suites.kernelbench import find_solution
+
+        if not Path(solutions).is_dir():
+            raise KernelProError(f"--solutions {solutions}: not a folder of KernelBench solutions")
+        return find_solution(task, solutions)
     if solutions == "reference":
         base = task.path.parent.parent / "reference"
     else:
@@ -128,13 +143,13 @@ def main(args: argparse.Namespace) -> int:
         if run["kind"] != "bench":
             raise KernelProError(f"run {args.resume} is a {run['kind']} run, not a bench run")
         cfg = run["config"]
-        for k in ("suite", "solutions", "task", "sizes", "baselines", "graphs", "energy", "timeout", "trials",
+        for k in ("suite", "path", "level", "solutions", "task", "sizes", "baselines", "graphs", "energy", "timeout", "trials",
                   "device", "sanitizer"):
             if k in cfg:
                 setattr(args, k, cfg[k])
         archs = cfg.get("archs", archs)
         baselines = cfg.get("baseline_list", baselines)
-    suite, tasks = _resolve_tasks(args.suite, args.task)
+    suite, tasks = _resolve_tasks(args.suite, args.task, args.path, args.level)
 
     # where correctness and timing can run
     device = args.device
@@ -156,7 +171,7 @@ def main(args: argparse.Namespace) -> int:
         store.set_run_status(run_id, "running")
     else:
         run_id = store.new_run("bench", suite, {
-            "suite": args.suite, "solutions": args.solutions, "task": args.task, "sizes": args.sizes,
+            "suite": args.suite, "path": args.path, "level": args.level, "solutions": args.solutions, "task": args.task, "sizes": args.sizes,
             "baselines": args.baselines, "baseline_list": baselines, "graphs": args.graphs, "energy": args.energy,
             "timeout": args.timeout, "trials": args.trials, "device": args.device, "sanitizer": args.sanitizer,
             "archs": archs})

@@ -196,3 +196,32 @@ def test_single_file_keeps_kernelbench_settings(checkout: Path):
     one = kernelbench_task(checkout / "KernelBench" / "level2" / "1_Conv2D_ReLU_BiasAdd.py")
     assert one == listed["1_Conv2D_ReLU_BiasAdd"]
     assert one.level == 2 and one.tolerance == {"atol": 1e-4, "rtol": 1e-4, "rel_norm": float("inf")}
+
+
+def test_bench_runs_kernelbench_solutions_unchanged(checkout: Path, tmp_path: Path, capsys):
+    """`kernelpro bench kernelbench --path --solutions DIR` end to end on the CPU, through real workers,
+    with KernelBench's own tolerance (the worker must not fall back to META defaults)."""
+    import json
+
+    from kernelpro.cli import main
+    from kernelpro.store import Store
+
+    sol_dir = tmp_path / "sols"
+    (sol_dir / "level1").mkdir(parents=True)
+    relu = checkout / "KernelBench" / "level1" / "19_ReLU.py"
+    (sol_dir / "level1" / "19_ReLU.py").write_text(relu.read_text() + "\nModelNew = Model\n")
+    (sol_dir / "level1" / "2_Standard_matrix_multiplication_.py").write_text(
+        (checkout / "KernelBench" / "level1" / "2_Standard_matrix_multiplication_.py").read_text()
+        .replace("torch.matmul(A, B)", "torch.matmul(A, B) + 1e-2") + "\nModelNew = Model\n")
+    db = tmp_path / "kb.db"
+    rc = main(["bench", "kernelbench", "--path", str(checkout), "--level", "1", "--solutions", str(sol_dir),
+               "--device", "cpu", "--baselines", "eager", "--trials", "1", "--db", str(db), "--json"])
+    assert rc in (0, 1)
+    s = Store(db)
+    (run,) = s.runs("bench")
+    evals = {c["task"]: s.latest("evaluations", c["id"])["payload"] for c in s.candidates(run["id"])}
+    assert evals["kernelbench/19_ReLU"]["correct"] is True
+    # Outputs are ~16 (rand 64x64 products): +1e-2 passes the old atol=rtol=1e-2 but not fp32 1e-4.
+    assert evals["kernelbench/2_Standard_matrix_multiplication_"]["correct"] is False
+    assert "kernelbench/1_Square_matrix_multiplication_" not in evals, "no solution: skipped, not failed"
+    json.dumps(evals)

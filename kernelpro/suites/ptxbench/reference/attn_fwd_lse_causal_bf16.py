@@ -30,3 +30,7 @@ class ModelNew(nn.Module):
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         return _common().attn_forward(q, k, v, causal=True, with_lse=True)
+
+
+# Build at import, as KernelBench candidates do: the static verifier sees the CUDA sources.
+_common().build(causal=True, with_lse=True)
