@@ -30,6 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("suite", help="suite name (ptxbench), a folder of task files, a task file, or suite/task")
     p.add_argument("--solutions", default="reference",
                    help="'reference' (the suite's reference/<task>.py) or a folder holding <task>.py per task")
+    p.add_argument("--protocol", choices=("ptxbench",),
+                   help="run PTXBench's multi-turn refinement protocol against an LLM endpoint instead; a suite "
+                        "name means its headline tasks; takes `kernelpro optimize`'s protocol and endpoint flags")
     p.add_argument("--path", help="a KernelBench checkout, with `kernelbench` as the suite")
     p.add_argument("--level", type=int, help="only this KernelBench level")
     p.add_argument("--task", action="append", default=[], metavar="NAME", help="only this task (repeatable)")

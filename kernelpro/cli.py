@@ -117,9 +117,33 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable | str]]:
     return parser, handlers
 
 
+def _protocol_alias(argv: list[str]) -> list[str]:
+    """`kernelpro bench [SUITE|TASK...] --protocol ptxbench ...` is PTXBench's multi-turn protocol, which
+    lives with the agent: rewrite it as `kernelpro optimize TASK... --protocol ptxbench ...`. A suite name
+    stands for its headline tasks, PTXBench's published set."""
+    if not argv or argv[0] != "bench" or not any(a == "--protocol" or a.startswith("--protocol=") for a in argv):
+        return argv
+    from .task import SUITES_DIR, load_suite
+
+    out = ["optimize"]
+    for i, a in enumerate(argv[1:], 1):
+        prev = argv[i - 1]
+        is_positional = not a.startswith("-") and not (prev.startswith("--") and "=" not in prev
+                                                         and prev not in FLAG_ONLY)
+        if is_positional and (SUITES_DIR / a / "tasks").is_dir():
+            out += [t.key for t in load_suite(a) if t.headline]
+        else:
+            out.append(a)
+    return out
+
+
+# Flags of the optimize command that take no value (needed to tell positionals from flag values).
+FLAG_ONLY = {"--quiet", "--energy", "--no-codesearch", "--hw-docs", "--no-hw-docs", "--patterns", "--no-patterns"}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser, handlers = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_protocol_alias(list(sys.argv[1:] if argv is None else argv)))
     if not args.command:
         parser.print_help()
         return 2

@@ -150,3 +150,28 @@ def test_cli_protocol_end_to_end(task, tmp_path, capsys):
     assert lines[0].startswith("model,arch,definition,turn_limit,n_trajectories,correct,")
     assert len(lines) == 1 + 2                 # turn limits 1 and 2 (8 capped at --turns)
     assert lines[1].split(",")[5] == "0"       # a kernel without CUDA is never correct
+
+
+def test_bench_protocol_mode_is_the_same_protocol(task, tmp_path, capsys):
+    """Issue 11 asks for the protocol as a mode of `kernelpro bench`: same run, same table."""
+    no_cuda = cand("plain torch")
+    with LoopbackLLM([("reply", f"```python\n{no_cuda}```")]) as srv:
+        rc = main(["bench", str(task.path), "--protocol", "ptxbench", "--db", str(tmp_path / "r.db"),
+                   "--base-url", srv.base_url, "--model", "loop-model", "--evaluator", "static", "--arch", "sm_90a",
+                   "--turns", "1", "--variants", "base", "--repeats", "1", "--quiet"])
+        n_requests = len(srv.requests)
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert n_requests == 1 and "PTXBench protocol" in out
+    (run,) = Store(tmp_path / "r.db").runs()
+    assert run["kind"] == "optimize" and run["config"]["protocol"] == "ptxbench"
+
+
+def test_bench_protocol_expands_a_suite_to_its_headline_tasks():
+    from kernelpro.cli import _protocol_alias
+
+    argv = _protocol_alias(["bench", "ptxbench", "--protocol", "ptxbench", "--turns", "8", "--quiet"])
+    assert argv[0] == "optimize"
+    tasks = [a for a in argv[1:] if a.startswith("ptxbench/")]
+    assert len(tasks) == 5 and "ptxbench/gemm_bf16_headline" in tasks
+    assert argv[argv.index("--protocol") + 1] == "ptxbench" and "--quiet" in argv
