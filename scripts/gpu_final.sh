@@ -7,7 +7,7 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 KERNELPRO_CACHE=/tmp/kpcache
 export OUT=${OUT:-$PWD/gpu_out}; mkdir -p "$OUT"
 end=$(( $(date +%s) + ${BUDGET_S:-540} ))
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv | tee "$OUT/gpu.txt"
-( timeout ${PROFILE_S:-190} bash scripts/gpu_profile_record.sh > "$OUT/profile.log" 2>&1 ) &
+( KP_BUDGET_S=${PROFILE_S:-170} timeout $(( ${PROFILE_S:-170} + 40 )) bash scripts/gpu_profile_record.sh > "$OUT/profile.log" 2>&1 ) &
 prof=$!
 timeout 150 python3 scripts/prebuild_refs.py ptxbench 2>&1 | tee "$OUT/prebuild.log"
 wait $prof
