@@ -91,7 +91,14 @@ note["common_flags"] = [str(f) for f in getattr(ce, "COMMON_NVCC_FLAGS", [])]
 error = None
 sys.argv = [path]
 try:
-    runpy.run_path(path, run_name="__kernelpro_candidate__")
+    ns = runpy.run_path(path, run_name="__kernelpro_candidate__")
+    # Candidates that build when the model is constructed (not at import) are captured by
+    # constructing it; a constructor that needs the task's init arguments is left alone.
+    if not captured and isinstance(ns.get("ModelNew"), type):
+        try:
+            ns["ModelNew"]()
+        except TypeError:
+            pass
 except _KernelProCaptured:
     pass
 except SystemExit as e:

@@ -35,7 +35,11 @@ def get_init_inputs():
 
 @pytest.fixture
 def template():
-    return Template(gemm, "gemm_bf16")
+    # Pin the start point these tests reason about (a 128x256 tile, no cluster): the shipped PARAMS
+    # follow the fastest measured configuration and may change.
+    t = Template(gemm, "gemm_bf16")
+    t.params = {**t.params, "BM": 128, "BN": 256, "CLUSTER_M": 1}
+    return t
 
 
 def test_moves_are_valid_and_repair_coupled_knobs(template):

@@ -27,10 +27,8 @@ def _common():
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
+        # Build with the model (see gemm_bf16.py): the static verifier constructs ModelNew to see it.
+        _common().build(causal=True, with_lse=False)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         return _common().attn_forward(q, k, v, causal=True, with_lse=False)
-
-
-# Build at import, as KernelBench candidates do: the static verifier sees the CUDA sources.
-_common().build(causal=True, with_lse=False)

@@ -120,12 +120,12 @@ class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
         self._params = dict(PARAMS)
+        # Build with the model, not on the first call: the compile stays out of the harness's first
+        # timed call, and the static verifier (which constructs ModelNew) sees the sources.
+        _build(self._params)
 
     def forward(self, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
         return _build(self._params).gemm_bf16(A, B)
-# Build at import, as KernelBench candidates do: the static verifier sees the CUDA sources, and the
-# compile stays out of the harness's first call.
-_build(PARAMS)
 # ---- end candidate body ----
 
 
