@@ -107,6 +107,8 @@ DEFAULT_CEILINGS = {"bf16": 990e12, "fp16": 990e12, "fp8_e4m3": 1979e12, "tf32":
                     "bandwidth": 4.8e12}
 
 PRECISION_FLAGS = ("matmul_tf32", "cudnn_tf32", "fp32_precision", "fp16_reduced", "bf16_reduced")
+# Profiler range around the candidate's own call; ops and kernels outside it are the harness's.
+CANDIDATE_RANGE = "kernelpro::candidate"
 
 # aten ops that say nothing about which algorithm ran (allocation, views, copies)
 _BORING_OPS = re.compile(r"^aten::(empty|empty_like|empty_strided|zeros|zeros_like|ones|ones_like|full|"
@@ -567,10 +569,16 @@ class Evaluator:
             with _Audit.watch() as events:
                 sys.settrace(tracer)
                 try:
-                    with torch.no_grad():
+                    # The range marks the candidate's own call: only ops and kernels launched inside it
+                    # are the candidate's (the harness's checks after it, e.g. snapshot clones, are not).
+                    with torch.no_grad(), torch.profiler.record_function(CANDIDATE_RANGE):
                         out = model(*args)
                 finally:
                     sys.settrace(old_trace)
+                    if recorder is not None:
+                        recorder.__exit__(None, None, None)
+                        obs["ops"] = set(recorder.ops)
+                        recorder = None
                 obs["audit"] = list(events) if audited else []
         except BaseException as e:  # noqa: BLE001 - anything escaping candidate code is its failure
             err = e
@@ -588,7 +596,7 @@ class Evaluator:
                     self._read_profile(prof, obs)
             except Exception as e:  # noqa: BLE001 - a profiler failure is ours, not the candidate's
                 self.warn("profiler", f"profiler failed: {type(e).__name__}: {e}"[:200])
-        if recorder is not None:
+        if recorder is not None:  # the call raised before the recorder could be closed
             recorder.__exit__(None, None, None)
             obs["ops"] = set(recorder.ops)
         if err is not None:
@@ -637,14 +645,6 @@ class Evaluator:
         obs["late_writes"] = late
 
     def _read_profile(self, prof: Any, obs: dict[str, Any]) -> None:
-        ops = set()
-        for e in prof.events():
-            name = e.name
-            if name.startswith("aten::"):
-                ops.add(name)
-        obs["ops"] = ops
-        if not self.on_gpu:
-            return
         import tempfile
 
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
@@ -655,15 +655,30 @@ class Evaluator:
                 trace = json.load(f)
         finally:
             os.unlink(path)
-        kernels = sorted((ev for ev in trace.get("traceEvents", []) if ev.get("cat") == "kernel"),
-                         key=lambda ev: ev.get("ts", 0))
+        events = trace.get("traceEvents", [])
+        ranges = [(ev["ts"], ev["ts"] + ev.get("dur", 0)) for ev in events
+                  if ev.get("name") == CANDIDATE_RANGE and ev.get("cat") == "user_annotation"]  # host side
+        lo, hi = (min(r[0] for r in ranges), max(r[1] for r in ranges)) if ranges else (float("-inf"), float("inf"))
+
+        def inside(ts: float) -> bool:
+            return lo <= ts <= hi
+
+        obs["ops"] = {ev["name"] for ev in events
+                      if ev.get("cat") == "cpu_op" and ev.get("name", "").startswith("aten::") and inside(ev.get("ts", 0))}
+        # A kernel belongs to the candidate when the host call that launched it (same correlation id)
+        # ran inside the candidate's range, whatever thread or stream it used.
+        launched_at = {ev.get("args", {}).get("correlation"): ev.get("ts", 0) for ev in events
+                       if ev.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in ev.get("args", {})}
+        kernels = sorted((ev for ev in events if ev.get("cat") == "kernel"), key=lambda ev: ev.get("ts", 0))
+        obs["kernels_all"] = [ev.get("name", "") for ev in kernels]
+        mine = [ev for ev in kernels if inside(launched_at.get(ev.get("args", {}).get("correlation"), lo))]
         ours = None
         for ev in kernels:
             if "fill" in ev.get("name", "").lower():
                 ours = ev.get("args", {}).get("stream")
                 break
         names = []
-        for ev in kernels:
+        for ev in mine:
             stream = ev.get("args", {}).get("stream")
             names.append(ev.get("name", ""))
             if ours is not None and stream != ours:
@@ -1021,21 +1036,31 @@ class Evaluator:
         from torch.utils._python_dispatch import TorchDispatchMode
 
         forbidden = set(self.task.forbid_ops)
+        # Only the candidate's own call is probed: the harness's checks around it (output snapshots
+        # are clones) may use any op, forbidden or not.
+        inside = [False]
 
         class Forbid(TorchDispatchMode):
             hit: str | None = None
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 name = f"aten::{func._schema.name.split('::')[-1]}"
-                if name in forbidden:
+                if inside[0] and name in forbidden:
                     Forbid.hit = name
                     raise RuntimeError(f"kernelpro: forbidden op {name} called on the forced kernel path")
                 return func(*args, **(kwargs or {}))
 
         inputs = self._inputs(mod, _sysrandom.randrange(2**31))
         try:
+            def probed(*args: Any) -> Any:
+                inside[0] = True
+                try:
+                    return cand_model(*args)
+                finally:
+                    inside[0] = False
+
             with Forbid():
-                out, obs = self._run_candidate(cand_model, clone_tree(inputs))
+                out, obs = self._run_candidate(probed, clone_tree(inputs))
         except CandidateFailure as f:
             if Forbid.hit:
                 self.fail("library_fallback", f"{label}: fails when {Forbid.hit} is unavailable ({f.detail[:80]})")

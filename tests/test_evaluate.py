@@ -144,3 +144,32 @@ def test_jit_compiler_subprocesses_are_not_spawned_process():
     assert _is_jit_tool((None, ["ninja", "-v"], None, None))
     assert not _is_jit_tool(("/usr/bin/python3", ["python3", "-c", "pass"], None, None))
     assert not _is_jit_tool((None, "sleep 10", None, None))
+
+
+def test_forbidden_ops_bind_only_the_candidates_own_call(tmp_path):
+    """Regression (H200 run 2026-12-03): the transpose task forbids aten::clone, and the harness's own
+    output snapshot (a clone) ran inside the forced-kernel-path probe, so an honest candidate was
+    reported as an evaluator crash. A candidate that does use the forbidden op must still be caught."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from harness_corpus import TASKS
+
+    from kernelpro.worker import run_job
+
+    task = tmp_path / "vadd_noclone.py"
+    task.write_text((TASKS / "vector_add.py").read_text().replace(
+        "META = {", "META = {'forbid_ops': ['aten::clone', 'aten::copy_'], ", 1))
+    honest = tmp_path / "honest.py"
+    honest.write_text("import torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, a, b):\n"
+                      "        return a + b\n")
+    cheat = tmp_path / "cheat.py"
+    cheat.write_text("import torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, a, b):\n"
+                     "        return (a + b).clone()\n")
+    job = {"task_path": str(task), "device": "cpu", "trials": 1, "sizes": "default", "timing": False,
+           "baselines": ["eager"]}
+    r = run_job({**job, "candidate_path": str(honest)}, timeout_s=120)
+    assert r["ok"], (r.get("reason"), r.get("detail"))
+    r = run_job({**job, "candidate_path": str(cheat)}, timeout_s=120)
+    assert r["reason"] == "library_fallback", (r.get("reason"), r.get("detail"))

@@ -32,6 +32,13 @@ def test_recorded_csv_matches_recorded_json():
     assert c.duration_ns and c.duration_ns == pytest.approx(j.duration_ns, rel=1e-6)
 
 
+def test_csv_value_with_parenthesised_second_figure():
+    # Seen in ncu 2025.3.1's raw CSV on the H200: launch__registers_per_thread = "16 (16)".
+    from kernelpro.profile.collect import _number
+
+    assert _number("16 (16)") == 16 and _number("1,024 (2,048)") == 1024 and _number("(none)") == "(none)"
+
+
 def test_csv_units_and_thousands_separators():
     text = ('==PROF== Connected\n"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
             '"Block Size","Grid Size","Device","CC","gpu__time_duration.sum","dram__bytes_read.sum"\n'

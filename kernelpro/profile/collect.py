@@ -125,6 +125,11 @@ def _number(text: str) -> float | int | str:
     t = text.strip()
     if not t or t in ("n/a", "N/A"):
         return t
+    # ncu 2025.3 prints some launch metrics with a second figure in parentheses, e.g.
+    # launch__registers_per_thread "16 (16)": the first is the metric's value.
+    m = re.fullmatch(r"(\S+)\s+\([^()]*\)", t)
+    if m:
+        t = m.group(1)
     if _NUM.match(t) and any(c.isdigit() for c in t):
         t = t.replace(",", "")
         f = float(t)
