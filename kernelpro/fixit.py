@@ -632,6 +632,9 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="fixit_command", metavar="{export,train}")
     e = sub.add_parser("export", help="mine failed->fixed pairs from the run store into chat JSONL")
+    # `kernelpro fixit export --db X` must work too, not only `kernelpro fixit --db X export`;
+    # SUPPRESS keeps an absent flag here from overwriting the parent's value.
+    e.add_argument("--db", default=argparse.SUPPRESS, help="run store to mine (default as for `kernelpro fixit`)")
     e.add_argument("-o", "--output", required=True, help="folder for train.jsonl, eval.jsonl and mix.json")
     e.add_argument("--runs", help="comma-separated run ids (default: every run in the store)")
     e.add_argument("--holdout-tasks", help="comma-separated tasks (suite/name or name) kept for evaluation")

@@ -16,7 +16,7 @@ from .errors import KernelProError
 # Stored with the run so --resume rebuilds the same search.
 RESUMABLE = ("task", "policy", "search", "objective", "energy_weight", "arch", "feedback", "hw_docs", "patterns",
              "evaluator", "template", "seed", "model", "base_url", "protocol", "turns", "target_speedup",
-             "variants", "repeats", "parallel", "baseline", "sizes", "energy")
+             "variants", "repeats", "parallel", "baseline", "sizes", "energy", "device")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,6 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--arch", help="target, e.g. sm_90a (default: the GPU's, else sm_90a)")
     e.add_argument("--evaluator", choices=("harness", "static"),
                    help="harness: run on the GPU (default with a GPU); static: compile + feature check only")
+    e.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
+                   help="with --evaluator harness: 'cpu' runs pure-PyTorch candidates on the CPU (no profiling)")
     e.add_argument("--feedback", choices=("advice", "raw", "none"), default="advice",
                    help="profiling feedback given to the next expansion")
     e.add_argument("--baseline", default="eager", help="speedup baseline of the harness (eager|compile|vendor)")
@@ -94,6 +96,11 @@ def make_evaluator(args: argparse.Namespace, arch: str) -> Any:
     kind = args.evaluator
     if kind is None:
         kind = "static" if no_gpu_reason() else "harness"
+    if kind == "harness" and getattr(args, "device", "auto") == "cpu":
+        # Pure-PyTorch candidates on the CPU: correctness and anti-gaming checks are real, timings are
+        # CPU timings, and there is nothing to profile or to verify in SASS.
+        return HarnessEvaluator(arch=arch, feedback="none", baseline=args.baseline, sizes=args.sizes,
+                                verify_features=False, device="cpu")
     if kind == "harness":
         reason = no_gpu_reason()
         if reason:

@@ -177,7 +177,8 @@ def candidate_facts(store: Any, cand: dict[str, Any]) -> Facts:
             f.correct = _bool(p["correctness"])
         if isinstance(p.get("correctness"), dict):
             f.correctness = p["correctness"]
-        f.flags = _names(_first(p, "flags", "gaming_flags"))
+        # Outcome records may list every failed check as a flag; only anti-gaming ones are flags here.
+        f.flags = [x for x in _names(_first(p, "flags", "gaming_flags")) if x not in NOT_FLAGS]
         failed = [str(x) for x in (p.get("failed_checks") or [])]
         f.flags += [x for x in failed if x not in NOT_FLAGS and x not in f.flags]
         if isinstance(p.get("correctness"), list):  # the harness's per-trial records

@@ -94,3 +94,21 @@ def test_list_and_errors(tmp_path: Path, capsys):
     assert cli(["report", "--db", str(store.path), str(ids["multiturn"]), "-o",
                 str(tmp_path / "ro" / "x.html")]) == 0
     assert (tmp_path / "ro" / "x.html").stat().st_size > 2000
+
+
+def test_agent_outcome_flags_are_not_all_gaming_flags(tmp_path):
+    """Regression: the agent's outcome payload lists every failed check under `flags` (wrong_output,
+    crash, ...); only anti-gaming checks may make a candidate 'flagged' (seen in a protocol run, where
+    Fixit then filed wrong outputs as flagged)."""
+    from kernelpro.report import candidate_facts, verdict
+    from kernelpro.store import Store
+
+    s = Store(tmp_path / "r.db")
+    run = s.new_run("optimize", "t", {})
+    wrong = s.add_candidate(run, "t/x", "a", origin="llm")
+    s.record("evaluations", wrong, False, {"ok": False, "correct": False, "stage": "correctness",
+                                           "flags": ["wrong_output"], "reason": "wrong_output: rel_norm 1.2"})
+    cheat = s.add_candidate(run, "t/x", "b", origin="llm")
+    s.record("evaluations", cheat, False, {"ok": False, "correct": True, "flags": ["output_cached"]})
+    assert verdict(candidate_facts(s, s.candidate(wrong))) == "wrong_output"
+    assert verdict(candidate_facts(s, s.candidate(cheat))) == "flagged"

@@ -189,8 +189,10 @@ class HarnessEvaluator:
 
     def __init__(self, arch: str = "sm_90a", feedback: str = "advice", baseline: str = "eager",
                  energy: bool = False, sizes: str = "all", timeout_s: float = 900.0, gpu: int | None = None,
-                 verify_features: bool = True, arch_evidence: bool = False):
+                 verify_features: bool = True, arch_evidence: bool = False, device: str = "cuda"):
         self.arch, self.feedback, self.baseline = arch, feedback, baseline
+        # "cpu" runs pure-PyTorch candidates through the same worker and checks (no kernels, no profiling).
+        self.device = device
         self.arch_evidence = arch_evidence
         self.energy, self.sizes, self.timeout_s, self.gpu = energy, sizes, timeout_s, gpu
         self.verify_features = verify_features
@@ -229,7 +231,7 @@ class HarnessEvaluator:
         path = Path(candidate_path).resolve()
         h = source_hash(path.read_text())
         job = {"task_path": str(task.path), "task_suite": task.suite, "task_key": task.key,
-               "candidate_path": str(path), "candidate_hash": h, "device": "cuda", "sizes": self.sizes,
+               "candidate_path": str(path), "candidate_hash": h, "device": self.device, "sizes": self.sizes,
                "baselines": [self.baseline], "energy": self.energy}
         try:
             rec = run_job(job, timeout_s=self.timeout_s, gpu=self.gpu)

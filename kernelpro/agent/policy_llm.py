@@ -70,6 +70,7 @@ class LLMPolicy:
                 m = _CHANGE.search(reply.text)
                 what = m.group(1).strip()[:160] if m else "LLM rewrite"
                 info["finish_reason"] = reply.finish_reason
+                info["reply"] = reply.text  # the model's own words: Fixit's explanation of a fix
                 return Proposal(ex.code, what=what, origin="llm", info=info)
             if ex.searches and self.index is not None and round_ < self.max_searches:
                 from .codesearch import format_snippets

@@ -163,7 +163,7 @@ class Protocol:
                     turn.candidate_id = self.store.add_candidate(
                         self.run_id, self.task.key, ex.code, kind="py", origin="llm",
                         info={"protocol": "ptxbench", "variant": variant, "repeat": rep, "turn": turn_no,
-                              "model": self.cfg.model})
+                              "model": self.cfg.model, "reply": reply.text})  # Fixit's explanation source
                     if not outcome.recorded:
                         self.store.record("evaluations", turn.candidate_id, outcome.ok, outcome.to_payload(),
                                           arch=self.cfg.arch)
