@@ -169,10 +169,13 @@ def _worker_main(jobfile: str, resultfile: str) -> int:
     stage("start")
     job = json.loads(Path(jobfile).read_text())
     device = job.get("device", "cuda")
-    if device == "cpu" and job.get("cpu_mem_limit_gb"):
+    if device == "cpu":
         import resource
 
-        lim = int(float(job["cpu_mem_limit_gb"]) * 2**30)
+        # Default: half the machine, so one oversized candidate (or task) fails as `oom` instead of
+        # taking the host down (seen: a KernelBench level-1 problem at full size wanted 16 GiB).
+        half = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+        lim = int(float(job["cpu_mem_limit_gb"]) * 2**30) if job.get("cpu_mem_limit_gb") else half
         resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
     import torch
 

@@ -62,6 +62,23 @@ def test_exception_in_forward_is_a_crash_not_a_harness_error(tmp_path):
     assert r["reason"] == "crash" and "kernel launch failed" in r["detail"]
 
 
+def test_cpu_worker_memory_is_capped_by_default(tmp_path):
+    """Without cpu_mem_limit_gb a CPU worker is still capped (half the machine): a candidate that asks
+    for far more is an `oom` verdict, not a host brought down (regression: a full-size KernelBench
+    problem on the CPU grew one worker to 16 GiB of a 24 GiB machine)."""
+    r = run_job(_job(tmp_path, """
+        import torch, torch.nn as nn
+        class ModelNew(nn.Module):
+            def forward(self, a, b):
+                import os
+                # 60% of the machine, never touched: the kernel would grant it (overcommit), the cap must not.
+                n = int(0.6 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+                hog = torch.empty(n, dtype=torch.uint8)
+                return a + b
+    """), timeout_s=60)
+    assert r["reason"] == "oom", (r["reason"], r.get("detail"))
+
+
 def test_syntax_error_is_compile_error(tmp_path):
     r = run_job(_job(tmp_path, "def broken(:\n"), timeout_s=60)
     assert r["reason"] == "compile_error" and r["compiled"] is False
