@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -134,7 +135,8 @@ def main(args: argparse.Namespace) -> int:
     from .store import Store
     from .toolchain import gpus, no_gpu_reason
 
-    console = Console(stderr=args.json)
+    # Logs and pipes get a table wide enough to read, not rich's 80-column default.
+    console = Console(stderr=args.json, width=None if sys.stdout.isatty() else 160)
     store = Store(args.db)
     baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
     bad = [b for b in baselines if b not in BASELINES]
@@ -342,17 +344,23 @@ def _print(console: Any, report: dict[str, Any], baselines: list[str]) -> None:
 
     from .metrics import fmt_rate
 
-    t = Table(title=f"kernelpro bench: run {report['run_id']} ({report['suite']}, {report['device']})")
-    for col in ["task", "compile", "correct s/h", "features", "time ms"] + [f"{b} ms" for b in baselines] + \
-               [f"x {b}" for b in baselines] + ["TFLOP/s", "GB/s", "J/call", "verdict"]:
-        t.add_column(col, overflow="fold")
+    cols = ["task", "compile", "correct s/h", "features", "time ms"] + [f"{b} ms" for b in baselines] + \
+           [f"x {b}" for b in baselines] + ["TFLOP/s", "GB/s", "J/call", "verdict"]
+    rows = []
     for r in report["rows"]:
         verdict = "[green]ok[/]" if r["correct"] else (f"[red]{r['reason']}[/]" if r["reason"] else "-")
-        t.add_row(r["task"].split("/")[-1], _yn(r["compiled"]),
-                  f"{_yn(r['correct_shown'])}/{_yn(r['correct_heldout'])}", r["features"] or "-",
-                  _fmt(r["time_ms"]), *[_fmt(r["baseline_ms"].get(b)) for b in baselines],
-                  *[_fmt(r["speedup"].get(b), ".2f") for b in baselines], _fmt(r["tflops"]), _fmt(r["gbps"]),
-                  _fmt(r["energy_j"].get("candidate")), verdict)
+        rows.append([r["task"].split("/")[-1], _yn(r["compiled"]),
+                     f"{_yn(r['correct_shown'])}/{_yn(r['correct_heldout'])}", r["features"] or "-",
+                     _fmt(r["time_ms"]), *[_fmt(r["baseline_ms"].get(b)) for b in baselines],
+                     *[_fmt(r["speedup"].get(b), ".2f") for b in baselines], _fmt(r["tflops"]), _fmt(r["gbps"]),
+                     _fmt(r["energy_j"].get("candidate")), verdict])
+    # Columns nothing was measured for (no GPU: every timing column) only squeeze the ones that matter.
+    keep = [i for i, c in enumerate(cols) if i < 4 or any(row[i] not in ("-", "-/-") for row in rows)]
+    t = Table(title=f"kernelpro bench: run {report['run_id']} ({report['suite']}, {report['device']})")
+    for i in keep:
+        t.add_column(cols[i], overflow="fold")
+    for row in rows:
+        t.add_row(*[row[i] for i in keep])
     console.print(t)
     for n in report["notes"]:
         console.print(f"note: {n}", markup=False, highlight=False, soft_wrap=True)
