@@ -307,6 +307,10 @@ def build_report(store: Any, run_id: int, rows: dict[str, dict[str, Any]], archs
                              "reason": None, "detail": None, "time_ms": None, "baseline_ms": {}, "speedup": {},
                              "tflops": None, "gbps": None, "floor_ms": None, "energy_j": {}, "failed_checks": [],
                              "sanitizer": san[-1]["payload"].get("reason") if san else None}
+        primary = [v for v in vers if v["arch"] == (run_arch or archs[0])]
+        if ev is None and primary and "compiled" in primary[-1]["payload"]:
+            # No run (no GPU): the static nvcc compile for the primary target is the compile verdict.
+            r["compiled"] = bool(primary[-1]["payload"]["compiled"])
         if ev is not None:
             stats = (ev.get("timing") or {}).get("stats", {})
             work = ev.get("work") or {}

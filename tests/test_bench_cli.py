@@ -65,3 +65,26 @@ def test_bench_bad_input_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "not a folder" in err and len(err.splitlines()) == 1
     assert main(["bench", str(TASKS), "--baselines", "eager,magic", "--db", str(tmp_path / "r.db")]) == 1
+
+
+def test_without_gpu_the_compile_column_is_the_static_compile(tmp_path, capsys):
+    """No GPU, no worker run: the compile verdict is nvcc's for the primary target, not '-'."""
+    from kernelpro.toolchain import find_tool, no_gpu_reason
+
+    if no_gpu_reason() is None or find_tool("nvcc") is None:
+        import pytest
+
+        pytest.skip("needs a machine without a GPU but with nvcc")
+    src = ("import torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n"
+           "ext = load_inline(name='kp_t_BODYHASH', cpp_sources='', cuda_sources='__global__ void k(float* x) "
+           "{ x[threadIdx.x] += BODY; }', functions=[], no_implicit_headers=True)\n"
+           "class ModelNew(nn.Module):\n    def forward(self, a, b):\n        return a + b\n")
+    sol = tmp_path / "sol"
+    sol.mkdir()
+    (sol / "vector_add.py").write_text(src.replace("BODY", "1.f").replace("HASH", "a"))
+    (sol / "vector_add_big.py").write_text(src.replace("BODY", "undefined_q").replace("HASH", "b"))
+    main(["bench", str(TASKS), "--solutions", str(sol), "--task", "vector_add", "--task", "vector_add_big",
+          "--arch", "sm_90a", "--db", str(tmp_path / "r.db"), "--json"])
+    rows = {r["task"].split("/")[-1]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["vector_add"]["compiled"] is True
+    assert rows["vector_add_big"]["compiled"] is False
