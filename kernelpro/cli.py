@@ -123,22 +123,23 @@ def _protocol_alias(argv: list[str]) -> list[str]:
     stands for its headline tasks, PTXBench's published set."""
     if not argv or argv[0] != "bench" or not any(a == "--protocol" or a.startswith("--protocol=") for a in argv):
         return argv
+    from .optimize import add_arguments as optimize_arguments
     from .task import SUITES_DIR, load_suite
 
+    probe = argparse.ArgumentParser(add_help=False)
+    optimize_arguments(probe)
+    # Flags that take no value, read off optimize's own parser, tell positionals from flag values.
+    flag_only = {o for a in probe._actions if a.nargs == 0 for o in a.option_strings}
     out = ["optimize"]
     for i, a in enumerate(argv[1:], 1):
         prev = argv[i - 1]
         is_positional = not a.startswith("-") and not (prev.startswith("--") and "=" not in prev
-                                                         and prev not in FLAG_ONLY)
+                                                         and prev not in flag_only)
         if is_positional and (SUITES_DIR / a / "tasks").is_dir():
             out += [t.key for t in load_suite(a) if t.headline]
         else:
             out.append(a)
     return out
-
-
-# Flags of the optimize command that take no value (needed to tell positionals from flag values).
-FLAG_ONLY = {"--quiet", "--energy", "--no-codesearch", "--hw-docs", "--no-hw-docs", "--patterns", "--no-patterns"}
 
 
 def main(argv: list[str] | None = None) -> int:
