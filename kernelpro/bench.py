@@ -56,6 +56,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="where correctness/timing run: auto = the GPU if there is one, else static checks "
                         "only; cpu = run pure-PyTorch candidates on the CPU (no GPU evidence)")
     p.add_argument("--ray", action="store_true", help="spread candidates over a Ray cluster (multi-host)")
+    p.add_argument("--executed", choices=("auto", "on", "off"), default="auto",
+                   help="PTXBench's correct_with_arch: run ncu on each correct candidate of a task that requests "
+                        "features and count the requested SASS families executed (auto = on when a GPU and ncu "
+                        "are there)")
 
 
 def _resolve_tasks(spec: str, names: list[str], kb_path: str | None = None,
@@ -149,7 +153,7 @@ def main(args: argparse.Namespace) -> int:
             raise KernelProError(f"run {args.resume} is a {run['kind']} run, not a bench run")
         cfg = run["config"]
         for k in ("suite", "path", "level", "solutions", "task", "sizes", "baselines", "graphs", "energy", "timeout", "trials",
-                  "device", "sanitizer"):
+                  "device", "sanitizer", "executed"):
             if k in cfg:
                 setattr(args, k, cfg[k])
         archs = cfg.get("archs", archs)
@@ -179,7 +183,7 @@ def main(args: argparse.Namespace) -> int:
             "suite": args.suite, "path": args.path, "level": args.level, "solutions": args.solutions, "task": args.task, "sizes": args.sizes,
             "baselines": args.baselines, "baseline_list": baselines, "graphs": args.graphs, "energy": args.energy,
             "timeout": args.timeout, "trials": args.trials, "device": args.device, "sanitizer": args.sanitizer,
-            "archs": archs})
+            "executed": args.executed, "archs": archs})
     done = store.finished_tasks(run_id, "evaluations" if device != "none" else "verifications")
 
     notes: list[str] = []
@@ -252,6 +256,8 @@ def main(args: argparse.Namespace) -> int:
 
                         run_jobs(san_jobs, gpus=gpu_ids, timeout_s=args.timeout * 4, on_result=on_san,
                                  sanitizer=args.sanitizer)
+            if device == "cuda" and run_arch:
+                _executed_leg(store, rows, run_arch, args, notes, progress)
         status = "done"
     finally:
         store.set_run_status(run_id, status)
@@ -263,6 +269,49 @@ def main(args: argparse.Namespace) -> int:
     else:
         _print(console, report, baselines)
     return 0
+
+
+def _executed_leg(store: Any, rows: dict[str, dict[str, Any]], arch: str, args: argparse.Namespace,
+                  notes: list[str], progress: Any) -> None:
+    """The executed leg of correct_with_arch: ncu's per-opcode counts for every correct candidate of a
+    task that requests features on `arch`, stored in the `profiles` table as the evidence."""
+    from .toolchain import find_tool
+
+    if args.executed == "off":
+        return
+    todo = []
+    for key, row in rows.items():
+        task, cid = row["task"], row["cid"]
+        ev = store.latest("evaluations", cid)
+        if (ev and ev["ok"] and ev["payload"].get("correct") and task.requested_features(arch)
+                and not any(p["payload"].get("kind") == "executed" for p in store.results("profiles", cid))):
+            todo.append((key, row))
+    if not todo:
+        return
+    if find_tool("ncu") is None:
+        msg = "ncu (Nsight Compute) not found: correct_with_arch left unjudged; install Nsight Compute or put ncu on PATH"
+        if args.executed == "on":
+            raise KernelProError(msg)
+        notes.append(msg)
+        return
+    from .profile.collect import candidate_target
+    from .profile.executed import evidence_payload, executed_opcodes
+
+    bar = progress.add_task("ncu executed", total=len(todo))
+    for _key, row in todo:
+        task, cid = row["task"], row["cid"]
+        progress.update(bar, description=f"ncu executed {task.name}")
+        requested = list(task.requested_features(arch))
+        sizes = task.sizes("shown") or task.sizes("default")   # execution, not speed: the first shown size
+        try:
+            profiles, _ = executed_opcodes(candidate_target(row["cand"].path, task.path, sizes[0], calls=1),
+                                           timeout=args.timeout)
+            payload = {"kind": "executed", "size": sizes[0], **evidence_payload(profiles, requested, arch)}
+        except Exception as e:  # noqa: BLE001 - ncu refused or the candidate died under it: unjudged, never a pass
+            payload = {"kind": "executed", "executed_ok": None, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+            notes.append(f"{task.name}: ncu executed-instruction pass failed: {payload['error'][:160]}")
+        store.record("profiles", cid, bool(payload.get("executed_ok")), payload, arch=arch)
+        progress.advance(bar)
 
 
 def _features_cell(vers: list[dict[str, Any]]) -> tuple[str, bool | None]:
@@ -306,7 +355,8 @@ def build_report(store: Any, run_id: int, rows: dict[str, dict[str, Any]], archs
                              "compiled": None, "correct": None, "correct_shown": None, "correct_heldout": None,
                              "reason": None, "detail": None, "time_ms": None, "baseline_ms": {}, "speedup": {},
                              "tflops": None, "gbps": None, "floor_ms": None, "energy_j": {}, "failed_checks": [],
-                             "sanitizer": san[-1]["payload"].get("reason") if san else None}
+                             "sanitizer": san[-1]["payload"].get("reason") if san else None,
+                             "executed_ok": None, "executed": {}, "correct_with_arch": None}
         primary = [v for v in vers if v["arch"] == (run_arch or archs[0])]
         if ev is None and primary and "compiled" in primary[-1]["payload"]:
             # No run (no GPU): the static nvcc compile for the primary target is the compile verdict.
@@ -325,10 +375,21 @@ def build_report(store: Any, run_id: int, rows: dict[str, dict[str, Any]], archs
                                if isinstance(v, dict) and "j_per_call" in v})
             if san and san[-1]["payload"].get("reason") == "sanitizer":
                 r["correct"] = False
+            ex = [p["payload"] for p in store.results("profiles", cid)
+                  if p["payload"].get("kind") == "executed" and p["arch"] == run_arch]
+            if ex:
+                r["executed_ok"] = ex[-1].get("executed_ok")
+                r["executed"] = {f: e.get("executed") for f, e in (ex[-1].get("features") or {}).items()}
+            # PTXBench's rule: correct AND requested SASS present (static) AND executed (ncu); static
+            # presence alone never counts, so no ncu evidence leaves it unjudged unless already incorrect.
+            if r["correct"] is False or feat_ok is False or r["executed_ok"] is False:
+                r["correct_with_arch"] = False
+            elif r["correct"] and feat_ok and r["executed_ok"]:
+                r["correct_with_arch"] = True
         out_rows.append(r)
         outcomes.append(Outcome(task=key, compiled=r["compiled"], correct=r["correct"] if ev is not None else None,
                                 features_ok=feat_ok, candidate_ms=r["time_ms"], baseline_ms=r["baseline_ms"],
-                                floor_ms=r["floor_ms"]))
+                                floor_ms=r["floor_ms"], correct_with_arch=r["correct_with_arch"]))
     main_base = baselines[0] if baselines else "eager"
     summary = {b: summarize(outcomes, b) for b in baselines} or {"eager": summarize(outcomes)}
     return {"rows": out_rows, "summary": summary, "per_task": per_task(outcomes, main_base),
@@ -349,7 +410,7 @@ def _print(console: Any, report: dict[str, Any], baselines: list[str]) -> None:
     from .metrics import fmt_rate
 
     cols = ["task", "compile", "correct s/h", "features", "time ms"] + [f"{b} ms" for b in baselines] + \
-           [f"x {b}" for b in baselines] + ["TFLOP/s", "GB/s", "J/call", "verdict"]
+           [f"x {b}" for b in baselines] + ["TFLOP/s", "GB/s", "J/call", "with arch", "verdict"]
     rows = []
     for r in report["rows"]:
         verdict = "[green]ok[/]" if r["correct"] else (f"[red]{r['reason']}[/]" if r["reason"] else "-")
@@ -357,7 +418,7 @@ def _print(console: Any, report: dict[str, Any], baselines: list[str]) -> None:
                      f"{_yn(r['correct_shown'])}/{_yn(r['correct_heldout'])}", r["features"] or "-",
                      _fmt(r["time_ms"]), *[_fmt(r["baseline_ms"].get(b)) for b in baselines],
                      *[_fmt(r["speedup"].get(b), ".2f") for b in baselines], _fmt(r["tflops"]), _fmt(r["gbps"]),
-                     _fmt(r["energy_j"].get("candidate")), verdict])
+                     _fmt(r["energy_j"].get("candidate")), _yn(r["correct_with_arch"]), verdict])
     # Columns nothing was measured for (no GPU: every timing column) only squeeze the ones that matter.
     keep = [i for i, c in enumerate(cols) if i < 4 or any(row[i] not in ("-", "-/-") for row in rows)]
     t = Table(title=f"kernelpro bench: run {report['run_id']} ({report['suite']}, {report['device']})")
@@ -376,6 +437,7 @@ def _print(console: Any, report: dict[str, Any], baselines: list[str]) -> None:
     gm = s.get("geomean_speedup")
     console.print(f"summary ({s.get('n', 0)} candidates, vs {b}): compile {fmt_rate(s.get('compile_rate'))}, "
                   f"correct {fmt_rate(s.get('correct_rate'))}, features {fmt_rate(s.get('feature_rate'))}, "
+                  f"correct_with_arch {fmt_rate(s.get('correct_with_arch_rate'))}, "
                   f"fast_1 {fmt_rate(fp.get('1'))}, fast_1.2 {fmt_rate(fp.get('1.2'))}, "
                   f"geomean {'-' if gm is None else f'{gm:.2f}x'} (n={s.get('geomean_n', 0)}); "
                   f"run id {report['run_id']}", markup=False, highlight=False, soft_wrap=True)

@@ -5,6 +5,8 @@ Definitions (KernelBench's fast_p, PTXBench's feature-use rate):
 - correct rate: candidates that passed every correctness and anti-gaming check / candidates evaluated.
 - feature-use rate: candidates whose static verification found every requested feature / candidates
   verified (for one arch).
+- correct_with_arch rate (PTXBench): candidates correct AND whose requested SASS families are present AND
+  executed (ncu counts > 0) / candidates judged (no ncu evidence: unjudged, never a pass).
 - fast_p: candidates that are correct AND more than p times faster than the baseline / all candidates.
 - geomean speedup: over correct candidates with a timing, of baseline_time / max(candidate_time, floor),
   where floor is the task's roofline time (max(FLOPs/peak, bytes/bandwidth)). The floor keeps one absurd
@@ -29,6 +31,7 @@ class Outcome:
     candidate_ms: float | None = None
     baseline_ms: dict[str, float] = field(default_factory=dict)
     floor_ms: float | None = None
+    correct_with_arch: bool | None = None   # PTXBench: correct + requested SASS present + executed (ncu)
 
     def speedup(self, baseline: str) -> float | None:
         return floored_speedup(self.baseline_ms.get(baseline), self.candidate_ms, self.floor_ms)
@@ -69,6 +72,7 @@ def summarize(outcomes: list[Outcome], baseline: str = "eager", ps: tuple[float,
         "compile_rate": _rate([o.compiled for o in outcomes]),
         "correct_rate": _rate([o.correct if o.compiled is not None else None for o in outcomes]),
         "feature_rate": _rate([o.features_ok for o in outcomes]),
+        "correct_with_arch_rate": _rate([o.correct_with_arch for o in outcomes]),
         "fast_p": {f"{p:g}": fast_p([o for o in outcomes if o.correct is not None], p, baseline) for p in ps},
         "geomean_speedup": gm,
         "geomean_n": n_gm,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# MCTS vs greedy with the LLM-free parameter policy on ptxbench/gemm_bf16, same node budget, on the GPU.
+# MCTS vs greedy with the LLM-free parameter policy on a GEMM task (default ptxbench/gemm_bf16), same node budget, on the GPU.
 # Both trees (every node: params, verdict, timings) land in $OUT/search.db; a comparison table is printed.
 #
 #   bash scripts/gpu_search.sh                     # defaults: 8 nodes each, 4 builds in parallel, 200 s cap each
@@ -16,6 +16,7 @@ PAR="${PAR:-4}"
 BUDGET_S="${BUDGET_S:-200}"
 FEEDBACK="${FEEDBACK:-none}"        # 'advice' adds an ncu profile per working node (slower, guides moves)
 SIZES="${SIZES:-all}"
+TASK="${TASK:-ptxbench/gemm_bf16}"      # or ptxbench/gemm_bf16_headline (A @ B.T, PTXBench sizes)
 mkdir -p "$OUT"
 DB="$OUT/search.db"
 export KERNELPRO_CACHE="${KERNELPRO_CACHE:-/tmp/kernelpro_cache}"   # builds stay off $OUT (large .so files)
@@ -25,7 +26,7 @@ python3 -m kernelpro doctor | tail -n 12 || true
 for s in mcts greedy; do
   echo "=== $s: $NODES nodes, parallel $PAR, cap ${BUDGET_S}s ==="
   t0=$(date +%s)
-  python3 -m kernelpro optimize ptxbench/gemm_bf16 --db "$DB" --policy param --search "$s" \
+  python3 -m kernelpro optimize "$TASK" --db "$DB" --policy param --search "$s" \
       --budget-nodes "$NODES" --budget-seconds "$BUDGET_S" --parallel "$PAR" --evaluator harness \
       --feedback "$FEEDBACK" --sizes "$SIZES" --quiet --workdir "/tmp/kp_search_$s" 2>&1 | tail -n 25
   echo "$s wall: $(( $(date +%s) - t0 )) s"

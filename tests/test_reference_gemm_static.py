@@ -125,3 +125,41 @@ def test_make_source_is_self_contained(tmp_path):
     assert "class ModelNew" in text
     with pytest.raises(ValueError, match="unknown PARAMS keys"):
         ref.make_source({"TILE": 1})
+
+
+def _sass_text(tmp_path: Path) -> str:
+    _, cuobjdump = _tools()
+    return subprocess.run([str(cuobjdump), "-sass", str(tmp_path / "gemm.o")],
+                          capture_output=True, text=True, timeout=120, check=True).stdout
+
+
+@pytest.mark.parametrize("cluster", [1, 2])
+def test_b_kmajor_reads_b_untransposed_and_multicasts(tmp_path, cluster):
+    """B_KMAJOR=1 (C = A @ B.T, the headline GEMM): wgmma without .tnspB, B tiled like A (one box per
+    64-wide K slab), multicast split along N when clustered; the default build keeps .tnspB."""
+    params = {**_shipped_params(), "CLUSTER_M": cluster, "B_KMAJOR": 1}
+    res = _compile(tmp_path, params)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "0 bytes spill stores, 0 bytes spill loads" in res.stderr, res.stderr
+    sass = _sass_text(tmp_path)
+    hgmma = [ln for ln in sass.splitlines() if "HGMMA." in ln]
+    assert hgmma and not any("tnspB" in ln for ln in hgmma), hgmma[:2]
+    ops = _sass_ops(tmp_path)
+    if cluster > 1:
+        assert ops["UTMALDG.2D.MULTICAST"] == params["BK"] // 64 and ops["UTMALDG.2D"] == params["BK"] // 64, ops
+    else:
+        assert _count(ops, "UTMALDG") == 2 * params["BK"] // 64, ops
+    assert _compile(tmp_path, {**params, "B_KMAJOR": 0}).returncode == 0
+    assert all("tnspB" in ln for ln in _sass_text(tmp_path).splitlines() if "HGMMA." in ln)
+
+
+def test_headline_reference_is_a_k_major_template():
+    from kernelpro.agent.policy_param import gemm_rules, load_template
+    from kernelpro.task import find_task
+
+    tpl = load_template(find_task("ptxbench/gemm_bf16_headline"))
+    assert tpl.params["B_KMAJOR"] == 1 and gemm_rules(tpl.params) is None
+    assert 'B_KMAJOR": 1' in tpl.make_source({"STAGES": 3, "B_KMAJOR": 0})   # the layout is not a knob
+    # K-major B splits along N under multicast: CLUSTER_M=4 with BN=64 is valid there, not N-major.
+    assert gemm_rules({**tpl.params, "BN": 64, "CLUSTER_M": 4}) is None
+    assert gemm_rules({**tpl.params, "BN": 64, "CLUSTER_M": 4, "B_KMAJOR": 0}) is not None

@@ -70,8 +70,10 @@ def gemm_rules(p: dict[str, int]) -> str | None:
     if not 2 <= st <= 16 or 1024 + st * (bm * bk + bk * bn) * 2 + 16 * st > SMEM_LIMIT:
         return "STAGES outside [2,16] or shared memory over 227 KB"
     cm = p.get("CLUSTER_M", 1)
-    if cm not in (1, 2, 4) or (bn // 64) % cm:
+    if cm not in (1, 2, 4) or (not p.get("B_KMAJOR") and (bn // 64) % cm):
         return "CLUSTER_M must be 1, 2 or 4 and divide BN/64"
+    if p.get("B_KMAJOR") and (bn // cm) % 8:
+        return "BN/CLUSTER_M must be a multiple of 8"
     if p.get("GROUP_M", 1) < 1:
         return "GROUP_M must be >= 1"
     pr, cr = p.get("PRODUCER_REGS", 40), p.get("CONSUMER_REGS", 232)

@@ -21,6 +21,8 @@ with a ``static_assert`` naming the rule):
 - ``GROUP_M`` >= 1: super-rows per raster group (L2 reuse).
 - ``PRODUCER_REGS``, ``CONSUMER_REGS``: multiples of 8 in [24, 256] with
   128*(PRODUCER_REGS + CONSUMERS*CONSUMER_REGS) <= 65536.
+- ``B_KMAJOR`` in {0, 1}: 1 takes B as (N, K) and computes A @ B.T (the nn.Linear layout, PTXBench's
+  headline GEMM); the N-slab rule for CLUSTER_M becomes (BN/CLUSTER_M) % 8 == 0.
 
 ``make_source(params)`` returns a standalone candidate file (the CUDA source embedded) for a search
 to write out as a variant.
@@ -49,7 +51,8 @@ import hashlib  # noqa: E402
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
-_PARAM_KEYS = ("BM", "BN", "BK", "STAGES", "CONSUMERS", "CLUSTER_M", "GROUP_M", "PRODUCER_REGS", "CONSUMER_REGS")
+_PARAM_KEYS = ("BM", "BN", "BK", "STAGES", "CONSUMERS", "CLUSTER_M", "GROUP_M", "PRODUCER_REGS", "CONSUMER_REGS",
+               "B_KMAJOR")
 _BUILT: dict[str, object] = {}
 
 
@@ -67,15 +70,18 @@ _BINDING = r"""
 
 extern "C" int kp_gemm_bf16_launch(const void* a, const void* b, void* c, int M, int N, int K, void* stream);
 extern "C" const char* kp_gemm_bf16_error(int code);
+extern "C" int kp_gemm_bf16_b_kmajor();
 
 torch::Tensor gemm_bf16(torch::Tensor A, torch::Tensor B) {
   TORCH_CHECK(A.is_cuda() && B.is_cuda(), "gemm_bf16: A and B must be CUDA tensors");
   TORCH_CHECK(A.scalar_type() == torch::kBFloat16 && B.scalar_type() == torch::kBFloat16,
               "gemm_bf16: A and B must be bfloat16");
-  TORCH_CHECK(A.dim() == 2 && B.dim() == 2 && A.size(1) == B.size(0), "gemm_bf16: need A (M,K) and B (K,N)");
+  const bool b_kmajor = kp_gemm_bf16_b_kmajor() != 0;
+  TORCH_CHECK(A.dim() == 2 && B.dim() == 2 && A.size(1) == B.size(b_kmajor ? 1 : 0),
+              b_kmajor ? "gemm_bf16: need A (M,K) and B (N,K)" : "gemm_bf16: need A (M,K) and B (K,N)");
   A = A.contiguous();
   B = B.contiguous();
-  const int64_t M = A.size(0), K = A.size(1), N = B.size(1);
+  const int64_t M = A.size(0), K = A.size(1), N = B.size(b_kmajor ? 0 : 1);
   TORCH_CHECK(K % 8 == 0 && N % 8 == 0, "gemm_bf16: K and N must be multiples of 8 (16-byte TMA row strides)");
   TORCH_CHECK(M < (1LL << 31) && N < (1LL << 31) && K < (1LL << 31), "gemm_bf16: dimensions must fit in int32");
   TORCH_CHECK(reinterpret_cast<uintptr_t>(A.data_ptr()) % 16 == 0 &&

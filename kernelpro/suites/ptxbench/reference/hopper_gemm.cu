@@ -1,6 +1,8 @@
-// KernelPro expert reference: bf16 GEMM C = A @ B for Hopper (sm_90a).
+// KernelPro expert reference: bf16 GEMM C = A @ B (or A @ B.T) for Hopper (sm_90a).
 //
 // A (M,K) row-major = K-major, B (K,N) row-major = N-major, C (M,N) row-major bf16, fp32 accumulation.
+// With B_KMAJOR=1, B is (N,K) row-major = K-major (C = A @ B.T, the nn.Linear layout): B is then tiled
+// exactly like A and wgmma reads it with trans-b 0.
 // Design: persistent, warp-specialized kernel. Warpgroup 0 is the producer (one thread issues TMA
 // loads into a STAGES-deep shared-memory ring guarded by full/empty mbarriers); warpgroups
 // 1..CONSUMERS each own BM/CONSUMERS rows of the BM x BN tile and run wgmma m64nBNk16 out of shared
@@ -10,7 +12,7 @@
 // Tails: TMA zero-fills out-of-bounds boxes, the epilogue masks rows and columns.
 //
 // Compile-time parameters (-DKP_<NAME>): BM BN BK STAGES CONSUMERS CLUSTER_M GROUP_M PRODUCER_REGS
-// CONSUMER_REGS.
+// CONSUMER_REGS B_KMAJOR.
 
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -46,6 +48,15 @@
 #ifndef KP_CONSUMER_REGS
 #define KP_CONSUMER_REGS 232
 #endif
+#ifndef KP_B_KMAJOR
+#define KP_B_KMAJOR 0
+#endif
+// wgmma's imm-trans-b: 1 reads B N-major, 0 K-major (a string: it is pasted into the instruction).
+#if KP_B_KMAJOR
+#define KP_TRANS_B "0"
+#else
+#define KP_TRANS_B "1"
+#endif
 
 namespace kp_gemm {
 
@@ -68,7 +79,9 @@ constexpr int kABytes = BM * BK * 2;           // one stage of A
 constexpr int kBBytes = BK * BN * 2;           // one stage of B
 constexpr int kStageBytes = kABytes + kBBytes;
 constexpr int kABox = BM * 128;                // one 64-wide K slab of A: BM rows of 128 B
-constexpr int kBBox = BK * 128;                // one 64-wide N slab of B: BK rows of 128 B
+constexpr int kBBox = BK * 128;                // N-major B: one 64-wide N slab, BK rows of 128 B
+constexpr int kBSlab = BN * 128;               // K-major B: one 64-wide K slab, BN rows of 128 B
+constexpr int kBRowsPerCta = BN / CLUSTER_M;   // K-major B under multicast: rows each CTA loads
 constexpr int kSmemBytes = 1024 /*alignment slack*/ + STAGES * kStageBytes + 2 * STAGES * 8;
 [[maybe_unused]] constexpr int kBBoxesPerCta = (BN / 64) / CLUSTER_M;
 
@@ -80,7 +93,9 @@ static_assert(BK % 64 == 0 && BK <= 256, "BK must be 64, 128, 192 or 256 (64-ele
 static_assert(STAGES >= 2 && STAGES <= 16, "STAGES must be in [2, 16]");
 static_assert(kMSub * kAccPerTile <= 192, "accumulators per thread (BM/CONSUMERS/64 * BN/2) must be <= 192");
 static_assert(CLUSTER_M == 1 || CLUSTER_M == 2 || CLUSTER_M == 4, "CLUSTER_M must be 1, 2 or 4");
-static_assert((BN / 64) % CLUSTER_M == 0, "BN/64 must be divisible by CLUSTER_M (B is split in 64-wide slabs)");
+static_assert(KP_B_KMAJOR || (BN / 64) % CLUSTER_M == 0,
+              "BN/64 must be divisible by CLUSTER_M (B is split in 64-wide slabs)");
+static_assert(!KP_B_KMAJOR || kBRowsPerCta % 8 == 0, "BN/CLUSTER_M must be a multiple of 8 (swizzle atoms)");
 static_assert(GROUP_M >= 1, "GROUP_M must be >= 1");
 static_assert(kSmemBytes <= 232448, "STAGES*(BM*BK + BK*BN)*2 bytes exceeds the 227 KiB shared-memory limit");
 static_assert(PRODUCER_REGS % 8 == 0 && CONSUMER_REGS % 8 == 0, "setmaxnreg counts must be multiples of 8");
@@ -187,7 +202,7 @@ __device__ __forceinline__ void acc_fence(float (&d)[N]) {
 }
 
 #if KP_BN == 64
-// One m64n64k16 bf16 wgmma: A K-major (trans-a 0), B N-major (trans-b 1), fp32 accumulate.
+// One m64n64k16 bf16 wgmma: A K-major (trans-a 0), B per KP_TRANS_B, fp32 accumulate.
 __device__ __forceinline__ void wgmma_tile(float (&d)[32], uint64_t da, uint64_t db) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
@@ -195,7 +210,7 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[32], uint64_t da, uint64_t
       "{"
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, %32, %33, p, 1, 1, 0, 1;\n}\n"
+      "}, %32, %33, p, 1, 1, 0, " KP_TRANS_B ";\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -204,7 +219,7 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[32], uint64_t da, uint64_t
 }
 #endif
 #if KP_BN == 128
-// One m64n128k16 bf16 wgmma: A K-major (trans-a 0), B N-major (trans-b 1), fp32 accumulate.
+// One m64n128k16 bf16 wgmma: A K-major (trans-a 0), B per KP_TRANS_B, fp32 accumulate.
 __device__ __forceinline__ void wgmma_tile(float (&d)[64], uint64_t da, uint64_t db) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
@@ -214,7 +229,7 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[64], uint64_t da, uint64_t
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
       "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
       "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, %64, %65, p, 1, 1, 0, 1;\n}\n"
+      "}, %64, %65, p, 1, 1, 0, " KP_TRANS_B ";\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -227,7 +242,7 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[64], uint64_t da, uint64_t
 }
 #endif
 #if KP_BN == 192
-// One m64n192k16 bf16 wgmma: A K-major (trans-a 0), B N-major (trans-b 1), fp32 accumulate.
+// One m64n192k16 bf16 wgmma: A K-major (trans-a 0), B per KP_TRANS_B, fp32 accumulate.
 __device__ __forceinline__ void wgmma_tile(float (&d)[96], uint64_t da, uint64_t db) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
@@ -239,7 +254,7 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[96], uint64_t da, uint64_t
       "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
       "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
       "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
-      "}, %96, %97, p, 1, 1, 0, 1;\n}\n"
+      "}, %96, %97, p, 1, 1, 0, " KP_TRANS_B ";\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -256,7 +271,7 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[96], uint64_t da, uint64_t
 }
 #endif
 #if KP_BN == 256
-// One m64n256k16 bf16 wgmma: A K-major (trans-a 0), B N-major (trans-b 1), fp32 accumulate.
+// One m64n256k16 bf16 wgmma: A K-major (trans-a 0), B per KP_TRANS_B, fp32 accumulate.
 __device__ __forceinline__ void wgmma_tile(float (&d)[128], uint64_t da, uint64_t db) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
@@ -270,7 +285,7 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[128], uint64_t da, uint64_
       "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
       "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
       "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-      "}, %128, %129, p, 1, 1, 0, 1;\n}\n"
+      "}, %128, %129, p, 1, 1, 0, " KP_TRANS_B ";\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -358,7 +373,19 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
           for (int kb = 0; kb < BK / 64; ++kb)
             tma_load_2d(sa + stage * kABytes + kb * kABox, &map_a, fb, k0 + kb * 64, m0);
+#if KP_B_KMAJOR
+#pragma unroll
+          for (int kb = 0; kb < BK / 64; ++kb) {
 #if KP_CLUSTER_M > 1
+            // Each CTA loads BN/CLUSTER_M rows of the slab and multicasts them to the whole cluster.
+            tma_load_2d_multicast(sb + stage * kBBytes + kb * kBSlab + rank * kBRowsPerCta * 128, &map_b, fb,
+                                  k0 + kb * 64, n0 + rank * kBRowsPerCta,
+                                  static_cast<uint16_t>((1u << CLUSTER_M) - 1));
+#else
+            tma_load_2d(sb + stage * kBBytes + kb * kBSlab, &map_b, fb, k0 + kb * 64, n0);
+#endif
+          }
+#elif KP_CLUSTER_M > 1
 #pragma unroll
           for (int j = 0; j < kBBoxesPerCta; ++j) {
             const int nb = rank * kBBoxesPerCta + j;
@@ -402,8 +429,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint32_t b_stage = sb + stage * kBBytes;
 #pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk) {
+#if KP_B_KMAJOR
+          // B: K-major SW128, laid out like A: k16 steps move 32 B inside the row; SBO = 8 N-rows.
+          const uint64_t db = smem_desc(b_stage + (kk / 4) * kBSlab + (kk % 4) * 32, 16, 1024);
+#else
           // B: N-major SW128; LBO = stride between 64-wide N slabs, SBO = 8 K-rows (1024 B).
           const uint64_t db = smem_desc(b_stage + kk * 16 * 128, kBBox, 1024);
+#endif
 #pragma unroll
           for (int ms = 0; ms < kMSub; ++ms) {
             // A: K-major SW128; k16 steps move 32 B inside the 128 B row; SBO = 8 rows (1024 B).
@@ -493,7 +525,11 @@ static int launch_gemm(const void* a, const void* b, void* c, int M, int N, int 
   CUtensorMap map_a, map_b;
   int e = make_map(&map_a, a, M, K, BM);
   if (e) return e;
+#if KP_B_KMAJOR
+  e = make_map(&map_b, b, N, K, kBRowsPerCta);
+#else
   e = make_map(&map_b, b, K, N, BK);
+#endif
   if (e) return e;
 
   static int sms = 0, max_ctas = 0;
@@ -550,6 +586,9 @@ static int launch_gemm(const void* a, const void* b, void* c, int M, int N, int 
 extern "C" int kp_gemm_bf16_launch(const void* a, const void* b, void* c, int M, int N, int K, void* stream) {
   return kp_gemm::launch_gemm(a, b, c, M, N, K, static_cast<cudaStream_t>(stream));
 }
+
+// Which B layout this build expects: 1 = (N,K) K-major, 0 = (K,N) N-major.
+extern "C" int kp_gemm_bf16_b_kmajor() { return KP_B_KMAJOR; }
 
 extern "C" const char* kp_gemm_bf16_error(int code) {
   switch (code) {

@@ -1,0 +1,97 @@
+"""PTXBench's correct_with_arch in `kernelpro bench`: correct AND requested SASS present AND executed (ncu).
+Static presence alone never counts; missing ncu leaves it unjudged (None), never a pass."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from kernelpro.bench import _executed_leg, build_report
+from kernelpro.errors import KernelProError
+from kernelpro.store import Store
+from kernelpro.task import find_task
+
+GEMM = "ptxbench/gemm_bf16_headline"
+
+
+def _row(store: Store, run: int, task, correct: bool, features_ok: bool, executed: bool | None) -> dict:
+    cid = store.add_candidate(run, task.key + f"#{len(store.candidates(run))}", "src", "py", "user")
+    store.record("verifications", cid, features_ok, {"features_ok": features_ok, "requested": ["wgmma"]},
+                 arch="sm_90a")
+    store.record("evaluations", cid, correct, {"ok": correct, "correct": correct, "compiled": True}, arch="sm_90a")
+    if executed is not None:
+        store.record("profiles", cid, executed, {"kind": "executed", "executed_ok": executed,
+                                                 "features": {"wgmma": {"executed": 7.0 if executed else 0.0}}},
+                     arch="sm_90a")
+    return {"task": task, "cid": cid, "cand": None}
+
+
+def test_rule_needs_all_three_legs(tmp_path):
+    task = find_task(GEMM)
+    store = Store(tmp_path / "r.db")
+    run = store.new_run("bench", "ptxbench", {})
+    cases = {"all": (True, True, True), "no_ncu": (True, True, None), "static_only": (True, True, False),
+             "not_emitted": (True, False, True), "wrong": (False, True, True)}
+    rows = {k: _row(store, run, task, *v) for k, v in cases.items()}
+    rep = build_report(store, run, rows, ["sm_90a"], "sm_90a", ["eager"])
+    got = {k: r["correct_with_arch"] for k, r in zip(rows, rep["rows"], strict=True)}
+    assert got == {"all": True, "no_ncu": None, "static_only": False, "not_emitted": False, "wrong": False}
+    assert rep["rows"][0]["executed"] == {"wgmma": 7.0}
+    assert rep["summary"]["eager"]["correct_with_arch_rate"] == 0.25   # 1 of the 4 judged
+
+
+def test_missing_ncu_is_a_note_or_a_one_line_error(tmp_path, monkeypatch):
+    import kernelpro.toolchain as tc
+
+    monkeypatch.setattr(tc, "find_tool", lambda name: None)
+    task = find_task(GEMM)
+    store = Store(tmp_path / "r.db")
+    run = store.new_run("bench", "ptxbench", {})
+    rows = {"t": _row(store, run, task, True, True, None)}
+
+    class _P:
+        def add_task(self, *a, **k):
+            return 0
+
+        def update(self, *a, **k):
+            pass
+
+        def advance(self, *a, **k):
+            pass
+
+    notes: list[str] = []
+    _executed_leg(store, rows, "sm_90a", argparse.Namespace(executed="auto", timeout=10), notes, _P())
+    assert len(notes) == 1 and "ncu" in notes[0] and "unjudged" in notes[0]
+    with pytest.raises(KernelProError, match="ncu"):
+        _executed_leg(store, rows, "sm_90a", argparse.Namespace(executed="on", timeout=10), [], _P())
+    assert not store.results("profiles", rows["t"]["cid"])   # nothing invented
+
+
+@pytest.mark.gpu
+def test_dead_branch_features_fail_and_the_reference_passes_on_gpu(tmp_path, capsys):
+    """On a GPU with ncu: TMA + mbarrier compiled into a branch never taken are emitted (the static leg
+    passes) but execute zero times, so correct_with_arch is False; the TMA reference executes them."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from kernelpro.cli import main
+    from kernelpro.toolchain import find_tool
+
+    if find_tool("ncu") is None:
+        pytest.skip("needs Nsight Compute (ncu)")
+    sol = tmp_path / "sol"
+    sol.mkdir()
+    shutil.copy(Path(__file__).parent / "candidates/ptxbench/rmsnorm_dead_tma.py", sol / "rmsnorm_bf16.py")
+    common = ["--task", "rmsnorm_bf16", "--arch", "sm_90a", "--baselines", "eager", "--trials", "1",
+              "--sizes", "shown", "--executed", "on", "--json", "--db", str(tmp_path / "r.db")]
+    got = {}
+    for name, solutions in (("dead", str(sol)), ("reference", "reference")):
+        assert main(["bench", "ptxbench", "--solutions", solutions, *common]) == 0
+        got[name] = json.loads(capsys.readouterr().out)["rows"][0]
+    dead, ref = got["dead"], got["reference"]
+    assert dead["correct"] is True and dead["features_ok"] is True, dead
+    assert dead["executed_ok"] is False and dead["executed"]["tma"] == 0 and dead["correct_with_arch"] is False
+    assert ref["correct"] is True and ref["executed"]["tma"] > 0 and ref["executed"]["mbarrier"] > 0
+    assert ref["correct_with_arch"] is True
