@@ -375,8 +375,9 @@ def build_report(store: Any, run_id: int, rows: dict[str, dict[str, Any]], archs
                                if isinstance(v, dict) and "j_per_call" in v})
             if san and san[-1]["payload"].get("reason") == "sanitizer":
                 r["correct"] = False
+            ran_on = run_arch or evals[-1]["arch"]   # a re-read without the GPU: the arch it ran on
             ex = [p["payload"] for p in store.results("profiles", cid)
-                  if p["payload"].get("kind") == "executed" and p["arch"] == run_arch]
+                  if p["payload"].get("kind") == "executed" and p["arch"] == ran_on]
             if ex:
                 r["executed_ok"] = ex[-1].get("executed_ok")
                 r["executed"] = {f: e.get("executed") for f, e in (ex[-1].get("features") or {}).items()}

@@ -399,8 +399,10 @@ class _Audit:
         def hook(event: str, args: tuple) -> None:
             if not cls.armed or not (event in _AUDIT_READ or event.startswith(_AUDIT_SPAWN)):
                 return
-            if event == "subprocess.Popen" and _is_jit_tool(args):
-                return  # Triton/torch JIT compile new specialisations by running ptxas/nvcc: allowed
+            if event in ("subprocess.Popen", "os.posix_spawn", "os.exec") and _is_jit_tool(args):
+                # Triton/torch JIT compile new specialisations by running ptxas/nvcc: allowed. subprocess
+                # raises Popen and then, where it uses posix_spawn (Python 3.12 on Linux does), that too.
+                return
             cls.events.append(event)
 
         sys.addaudithook(hook)

@@ -53,15 +53,20 @@ def _signal_name(rc: int) -> str:
         return f"signal {-rc}"
 
 
+def extension_dir(candidate_hash: str, cache_dir: str | Path | None = None) -> Path:
+    """The candidate's compile cache (TORCH_EXTENSIONS_DIR), keyed by its content hash; shared by the
+    worker and the profilers so an ncu pass loads the build the worker made instead of rebuilding."""
+    d = (Path(cache_dir) if cache_dir else default_cache_dir()) / "torch_extensions" / candidate_hash[:16]
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
 def run_job(job: dict[str, Any], *, timeout_s: float = DEFAULT_TIMEOUT_S, gpu: int | None = None,
             cache_dir: str | Path | None = None, sanitizer: str | None = None,
             workdir: str | Path | None = None) -> dict[str, Any]:
     """Run one evaluation job in a fresh worker process; always returns a result record (never raises
     for anything the candidate does)."""
-    cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    cand_hash = job.get("candidate_hash") or "nohash"
-    ext_dir = cache / "torch_extensions" / cand_hash[:16]
-    ext_dir.mkdir(parents=True, exist_ok=True)
+    ext_dir = extension_dir(job.get("candidate_hash") or "nohash", cache_dir)
     tmp = Path(tempfile.mkdtemp(prefix="kp-job-", dir=workdir))
     jobfile, resultfile = tmp / "job.json", tmp / "result.json"
     write_json_atomic(jobfile, job)

@@ -4,6 +4,8 @@
 #   timing   harness timing checks + measured ceilings, alone on the GPU          (~40 s)
 #   corpus   adversarial + honest corpus, 10 workers, beside the reference prebuild (~190 s)
 #   bench    `kernelpro bench ptxbench --solutions reference` + ncu executed leg  (~250 s)
+#   executed resume bench run $RESUME_DB (a store from an earlier call, carried): prebuild, then only the
+#            missing ncu executed-instruction passes; CORPUS_ONLY re-runs those corpus entries beside it
 #   pytest   `pytest -m gpu`                                                      (~150 s)
 #   search   scripts/gpu_search.sh (MCTS vs greedy, LLM-free policy)              (~400 s)
 #
@@ -34,6 +36,20 @@ if has corpus; then
 elif has bench; then
   stamp "prebuild"
   timeout 200 python3 scripts/prebuild_refs.py ptxbench 2>&1 | tee -a "$LOG"
+fi
+if has executed; then
+  stamp "executed (resume $RESUME_DB; corpus entries: ${CORPUS_ONLY:-none})"
+  ( timeout 200 python3 scripts/prebuild_refs.py ptxbench > "$OUT/prebuild.log" 2>&1 ) &
+  pre=$!
+  if [ -n "${CORPUS_ONLY:-}" ]; then
+    only=(); for o in $CORPUS_ONLY; do only+=(--only "$o"); done
+    timeout 120 python3 scripts/gpu_harness.py --skip-timing --lanes 4 "${only[@]}" 2>&1 | grep -v USDT | tee -a "$LOG"
+    mv -f "$OUT/harness.json" "$OUT/harness_rerun.json" 2>/dev/null
+  fi
+  wait $pre
+  cat "$OUT/prebuild.log" >> "$LOG"; rm -f "$OUT/prebuild.log"
+  cp "$RESUME_DB" "$OUT/bench.db"
+  timeout "${BENCH_S:-200}" python3 -m kernelpro bench ptxbench --resume 1 --db "$OUT/bench.db" 2>&1 | tee -a "$LOG"
 fi
 if has bench; then
   stamp "bench"

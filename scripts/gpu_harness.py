@@ -1,6 +1,6 @@
 """GPU acceptance run for the evaluation harness (issues 4 and 12), on one GPU.
 
-    export PYTHONPATH=$PWD; python3 scripts/gpu_harness.py [--lanes 8] [--skip-corpus] [--skip-timing]
+    export PYTHONPATH=$PWD; python3 scripts/gpu_harness.py [--lanes 8] [--skip-corpus] [--skip-timing] [--only triton]
 
 1. measured ceilings: device-to-device copy bandwidth and bf16 matmul rate (8192^3), through kernelpro.timing;
 2. the adversarial + honest corpus (tests/candidates) through isolated workers, several at once on the GPU:
@@ -44,12 +44,12 @@ def ceilings() -> dict:
             "bf16_median_ms": t2.median_ms}
 
 
-def corpus(lanes: int) -> list[dict]:
+def corpus(lanes: int, only: list[str] | None = None) -> list[dict]:
     from harness_corpus import entries, job_for, verdict_ok
 
     from kernelpro.pool import run_jobs
 
-    ents = [e for e in entries() if e.device in ("any", "gpu")]
+    ents = [e for e in entries() if e.device in ("any", "gpu") and (not only or any(o in e.name for o in only))]
     jobs = []
     for e in ents:
         hang = e.expect == "timeout"
@@ -113,6 +113,7 @@ def main() -> int:
     ap.add_argument("--lanes", type=int, default=8)
     ap.add_argument("--skip-corpus", action="store_true")
     ap.add_argument("--skip-timing", action="store_true")
+    ap.add_argument("--only", action="append", metavar="SUBSTR", help="only corpus entries whose name contains this")
     args = ap.parse_args()
     import torch
 
@@ -129,7 +130,7 @@ def main() -> int:
         if out:
             Path(out, "harness.json").write_text(json.dumps(res, indent=1, default=str))
     if not args.skip_corpus:
-        res["corpus"] = corpus(args.lanes)
+        res["corpus"] = corpus(args.lanes, args.only)
     if "corpus" in res:
         print(f"\n{'candidate':45s} {'expected':22s} {'verdict':22s} ok?")
         for r in res["corpus"]:

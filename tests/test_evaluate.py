@@ -178,3 +178,25 @@ def test_forbidden_ops_bind_only_the_candidates_own_call(tmp_path):
     assert r["ok"], (r.get("reason"), r.get("detail"))
     r = run_job({**job, "candidate_path": str(cheat)}, timeout_s=120)
     assert r["reason"] == "library_fallback", (r.get("reason"), r.get("detail"))
+
+
+@pytest.mark.parametrize("tool,flagged", [("ptxas", False), ("miner", True)])
+def test_jit_compiler_spawn_is_allowed_through_posix_spawn(tmp_path, tool, flagged):
+    """Triton runs ptxas through subprocess, which on Linux may use os.posix_spawn: the audit saw
+    `os.posix_spawn` after the allowed `subprocess.Popen` and flagged honest Triton kernels on the H200."""
+    import os
+    import subprocess
+
+    from kernelpro.evaluate import _Audit
+
+    exe = tmp_path / tool
+    exe.write_text("#!/bin/sh\nexit 0\n")
+    exe.chmod(0o755)
+    _Audit.install()
+    with _Audit.watch() as events:
+        subprocess.run([str(exe)], close_fds=False, check=True)   # close_fds=False: the posix_spawn path
+        pid = os.posix_spawn(str(exe), [str(exe)], dict(os.environ))
+        os.waitpid(pid, 0)
+    assert bool(events) is flagged, events
+    if flagged:
+        assert "os.posix_spawn" in events

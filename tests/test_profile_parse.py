@@ -118,3 +118,18 @@ def test_ncu_command_targets_candidate_kernels_only():
     s = " ".join(cmd)
     assert "--clock-control none" in s and "--kernel-name regex:gemm" in s and "--launch-skip 1" in s
     assert "--profile-from-start off" in s and cmd[-2:] == ["--", "./a.out"]
+
+
+def test_profiled_candidate_loads_the_workers_build(tmp_path, monkeypatch):
+    """The ncu driver must see the harness worker's compile cache for the same source; a fresh
+    TORCH_EXTENSIONS_DIR made every executed-instruction pass rebuild the extension (~40 s on the H200)."""
+    from kernelpro.profile.collect import candidate_target
+    from kernelpro.store import source_hash
+    from kernelpro.worker import extension_dir
+
+    monkeypatch.setenv("KERNELPRO_CACHE", str(tmp_path / "cache"))
+    cand = tmp_path / "cand.py"
+    cand.write_text("class ModelNew: pass\n")
+    t = candidate_target(cand, tmp_path / "task.py", {"N": 1})
+    assert t.env["TORCH_EXTENSIONS_DIR"] == str(extension_dir(source_hash(cand.read_text())))
+    assert t.env["TORCH_EXTENSIONS_DIR"].startswith(str(tmp_path / "cache"))

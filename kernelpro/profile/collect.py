@@ -387,6 +387,14 @@ def candidate_target(candidate: Path, task_path: Path, size: dict[str, Any], cal
             json.dumps(size), str(calls)]
     root = str(Path(__file__).parents[2])
     env = {"PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    try:
+        from ..store import source_hash
+        from ..worker import extension_dir
+
+        # The harness worker's compile cache for this exact source: no rebuild under the profiler.
+        env["TORCH_EXTENSIONS_DIR"] = str(extension_dir(source_hash(Path(candidate).read_text())))
+    except OSError:
+        pass
     return Target(argv=argv, from_start=False, launch_count=max_kernels, env=env)
 
 
