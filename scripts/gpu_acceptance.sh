@@ -38,16 +38,25 @@ elif has bench; then
   timeout 200 python3 scripts/prebuild_refs.py ptxbench 2>&1 | tee -a "$LOG"
 fi
 if has executed; then
-  stamp "executed (resume $RESUME_DB; corpus entries: ${CORPUS_ONLY:-none})"
-  ( timeout 200 python3 scripts/prebuild_refs.py ptxbench > "$OUT/prebuild.log" 2>&1 ) &
+  # CPU builds in the background; on the GPU meanwhile: the corpus re-run, then (if asked) pytest -m gpu,
+  # none of which asserts a timing. The ncu passes and the search then run alone.
+  stamp "executed (resume $RESUME_DB; corpus entries: ${CORPUS_ONLY:-none}; pytest beside the builds)"
+  root=(); [ -n "${TASK:-}" ] && has search && root=(--search-root "$TASK")
+  ( timeout 220 python3 scripts/prebuild_refs.py ptxbench "${root[@]}" > "$OUT/prebuild.log" 2>&1 ) &
   pre=$!
   if [ -n "${CORPUS_ONLY:-}" ]; then
     only=(); for o in $CORPUS_ONLY; do only+=(--only "$o"); done
     timeout 120 python3 scripts/gpu_harness.py --skip-timing --lanes 4 "${only[@]}" 2>&1 | grep -v USDT | tee -a "$LOG"
     mv -f "$OUT/harness.json" "$OUT/harness_rerun.json" 2>/dev/null
   fi
+  if has pytest; then
+    stamp "pytest -m gpu"
+    timeout "${PYTEST_S:-200}" python3 -m pytest -q -m gpu -rs 2>&1 | tail -n 30 | tee -a "$LOG"
+    PHASES=${PHASES/pytest/}
+  fi
   wait $pre
   cat "$OUT/prebuild.log" >> "$LOG"; rm -f "$OUT/prebuild.log"
+  stamp "bench --resume (ncu executed leg)"
   cp "$RESUME_DB" "$OUT/bench.db"
   timeout "${BENCH_S:-200}" python3 -m kernelpro bench ptxbench --resume 1 --db "$OUT/bench.db" 2>&1 | tee -a "$LOG"
 fi
@@ -64,4 +73,8 @@ if has search; then
   stamp "search"
   OUT="$OUT/search" bash scripts/gpu_search.sh 2>&1 | tee -a "$LOG"
 fi
+# Fold each store's WAL back in, so only the .db files come back ($OUT returns at most 8 files).
+for db in $(find "$OUT" -name '*.db'); do
+  python3 -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.execute('PRAGMA journal_mode=DELETE'); c.close()" "$db"
+done
 stamp "done"

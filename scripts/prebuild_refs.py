@@ -40,6 +40,9 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("suite", nargs="?", default="ptxbench")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 4)
+    ap.add_argument("--search-root", action="append", default=[], metavar="TASK",
+                    help="also build the parameter search's start node for TASK (make_source(PARAMS), the exact "
+                         "file `kernelpro optimize --policy param` evaluates first)")
     args = ap.parse_args()
     from kernelpro.candidate import load_candidate
     from kernelpro.task import load_suite
@@ -51,6 +54,18 @@ def main() -> int:
         p = ref_dir / f"{t.name}.py"
         if p.exists():
             work.append((t, p, load_candidate(p).hash))
+
+    import tempfile
+
+    from kernelpro.agent.policy_param import load_template
+    from kernelpro.task import find_task
+
+    for key in args.search_root:
+        task = find_task(key)
+        tpl = load_template(task)
+        p = Path(tempfile.mkdtemp(prefix="kp-root-")) / f"{task.name}_root.py"
+        p.write_text(tpl.make_source(tpl.params))
+        work.append((task, p, load_candidate(p).hash))
 
     def build(item):
         t, p, h = item
