@@ -294,19 +294,14 @@ def _executed_leg(store: Any, rows: dict[str, dict[str, Any]], arch: str, args: 
             raise KernelProError(msg)
         notes.append(msg)
         return
-    from .profile.collect import candidate_target
-    from .profile.executed import evidence_payload, executed_opcodes
+    from .profile.executed import candidate_evidence
 
     bar = progress.add_task("ncu executed", total=len(todo))
     for _key, row in todo:
         task, cid = row["task"], row["cid"]
         progress.update(bar, description=f"ncu executed {task.name}")
-        requested = list(task.requested_features(arch))
-        sizes = task.sizes("shown") or task.sizes("default")   # execution, not speed: the first shown size
         try:
-            profiles, _ = executed_opcodes(candidate_target(row["cand"].path, task.path, sizes[0], calls=1),
-                                           timeout=args.timeout)
-            payload = {"kind": "executed", "size": sizes[0], **evidence_payload(profiles, requested, arch)}
+            payload = {"kind": "executed", **candidate_evidence(row["cand"].path, task, arch, timeout=args.timeout)}
         except Exception as e:  # noqa: BLE001 - ncu refused or the candidate died under it: unjudged, never a pass
             payload = {"kind": "executed", "executed_ok": None, "error": f"{type(e).__name__}: {str(e)[:300]}"}
             notes.append(f"{task.name}: ncu executed-instruction pass failed: {payload['error'][:160]}")

@@ -252,17 +252,12 @@ class HarnessEvaluator:
     def _executed(self, task: Task, path: Path, missing: list[str]) -> tuple[bool | None, dict[str, Any]]:
         """PTXBench's correct_with_arch for a correct candidate: the requested features are emitted in
         SASS (static) AND executed (ncu per-opcode counts > 0). None when ncu cannot run."""
-        requested = list(task.requested_features(self.arch))
         if missing:
             return False, {"static_missing": missing}
         try:
-            from ..profile.collect import candidate_target
-            from ..profile.executed import evidence_payload, executed_opcodes
+            from ..profile.executed import candidate_evidence
 
-            sizes = task.sizes("shown") or task.sizes("default")   # execution, not speed: a small size
-            profiles, _ = executed_opcodes(candidate_target(path, task.path, sizes[0], calls=1),
-                                           timeout=self.timeout_s)
-            ev = evidence_payload(profiles, requested, self.arch)
+            ev = candidate_evidence(path, task, self.arch, timeout=self.timeout_s)
             return bool(ev["executed_ok"]), ev
         except Exception as e:  # noqa: BLE001 - no ncu / ncu refused: unknown, never a pass
             return None, {"error": f"{type(e).__name__}: {str(e)[:200]}"}

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .collect import KernelProfile, Target, run_ncu
+from .collect import KernelProfile, Target, candidate_target, run_ncu
 
 OPCODE_METRIC = "sass__inst_executed_per_opcode"
 
@@ -111,3 +111,12 @@ def evidence_payload(profiles: list[KernelProfile], features: list[str] | tuple[
             "features": {f: {"families": list(e.families), "executed": e.executed, "kernels": e.kernels}
                          for f, e in ev.items()},
             "opcodes": {f"{p.launch}:{p.name}": opcode_counts(p) for p in profiles}}
+
+
+def candidate_evidence(candidate: Path, task: Any, arch: str, timeout: float = 600) -> dict[str, Any]:
+    """The executed leg for a Python candidate of `task`: one ncu pass over one call of ModelNew at the
+    first shown size (execution, not speed, is the question), as `evidence_payload` plus the size.
+    Raises when ncu cannot run or the candidate dies under it; callers treat that as unjudged."""
+    sizes = task.sizes("shown") or task.sizes("default")
+    profiles, _ = executed_opcodes(candidate_target(Path(candidate), task.path, sizes[0], calls=1), timeout=timeout)
+    return {"size": sizes[0], **evidence_payload(profiles, list(task.requested_features(arch)), arch)}
