@@ -378,7 +378,9 @@ def build_report(store: Any, run_id: int, rows: dict[str, dict[str, Any]], archs
                 r["executed"] = {f: e.get("executed") for f, e in (ex[-1].get("features") or {}).items()}
             # PTXBench's rule: correct AND requested SASS present (static) AND executed (ncu); static
             # presence alone never counts, so no ncu evidence leaves it unjudged unless already incorrect.
-            if r["correct"] is False or feat_ok is False or r["executed_ok"] is False:
+            if not row["task"].requested_features(ran_on):
+                pass   # the rule needs requested features; a task without any is not scored by it
+            elif r["correct"] is False or feat_ok is False or r["executed_ok"] is False:
                 r["correct_with_arch"] = False
             elif r["correct"] and feat_ok and r["executed_ok"]:
                 r["correct_with_arch"] = True

@@ -4,6 +4,7 @@ Static presence alone never counts; missing ncu leaves it unjudged (None), never
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -39,6 +40,10 @@ def test_rule_needs_all_three_legs(tmp_path):
     assert got == {"all": True, "no_ncu": None, "static_only": False, "not_emitted": False, "wrong": False}
     assert rep["rows"][0]["executed"] == {"wgmma": 7.0}
     assert rep["summary"]["eager"]["correct_with_arch_rate"] == 0.25   # 1 of the 4 judged
+    # A task that requests no features is not scored by the rule, even when the candidate is wrong.
+    plain = find_task(str(Path(__file__).parent / "tasks/vector_add.py"))
+    rows = {"plain_wrong": _row(store, run, plain, False, True, None)}
+    assert build_report(store, run, rows, ["sm_90a"], "sm_90a", ["eager"])["rows"][0]["correct_with_arch"] is None
 
 
 def test_missing_ncu_is_a_note_or_a_one_line_error(tmp_path, monkeypatch):
