@@ -672,7 +672,6 @@ class Evaluator:
         launched_at = {ev.get("args", {}).get("correlation"): ev.get("ts", 0) for ev in events
                        if ev.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in ev.get("args", {})}
         kernels = sorted((ev for ev in events if ev.get("cat") == "kernel"), key=lambda ev: ev.get("ts", 0))
-        obs["kernels_all"] = [ev.get("name", "") for ev in kernels]
         mine = [ev for ev in kernels if inside(launched_at.get(ev.get("args", {}).get("correlation"), lo))]
         ours = None
         for ev in kernels:
