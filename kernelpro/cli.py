@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("kernelpro.cli", "show the CUDA tools and GPUs found, and what each missing piece disables"),
     "verify": ("kernelpro.verify", "compile a candidate and prove which architecture features it uses (PTX + SASS)"),
     "bench": ("kernelpro.bench", "evaluate candidates: correctness, anti-gaming checks, timing and energy vs baselines"),
+    "compare": ("kernelpro.compare", "time candidates side by side in one worker over several rounds (start vs best)"),
     "profile": ("kernelpro.profile", "profile a candidate with Nsight Compute and turn the metrics into advice"),
     "optimize": ("kernelpro.optimize", "search for faster kernels: MCTS or greedy, with an LLM or the LLM-free policy"),
     "fixit": ("kernelpro.fixit", "export fine-tuning data from failed-then-fixed attempts, and train on it"),

@@ -150,6 +150,8 @@ class EvalConfig:
     rep_ms: float = 200.0
     async_wait_s: float = 0.05   # CPU: how long to watch an output for late writes
     check_only: bool = False     # sanitizer runs: one trial per size, no timing
+    # Other candidates timed in the same interleaved loop (`kernelpro compare`): [{"label", "path", "ext_dir"}].
+    rivals: list[dict[str, str]] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> EvalConfig:
@@ -1080,8 +1082,8 @@ class Evaluator:
         cfg, task = self.cfg, self.task
         size = task.sizes("default")[0]
         mod = self._task_module(size)
-        seed = _sysrandom.randrange(2**31)
-        ref_model, cand_model = self._models(mod, cand_mod, _sysrandom.randrange(2**31))
+        seed, model_seed = _sysrandom.randrange(2**31), _sysrandom.randrange(2**31)
+        ref_model, cand_model = self._models(mod, cand_mod, model_seed)
         inputs = self._inputs(mod, seed)
         cin, rin = clone_tree(inputs), clone_tree(inputs)
         last: dict[str, Any] = {}
@@ -1100,6 +1102,8 @@ class Evaluator:
                 fns[b] = fn
             except Exception as e:  # noqa: BLE001 - a baseline that cannot be built is reported, not fatal
                 notes[b] = f"unavailable: {type(e).__name__}: {str(e)[:120]}"
+        rivals = self._rivals(mod, model_seed, inputs, ref_model, notes)
+        fns.update(rivals)
         try:
             stats, tnotes = _timing.time_interleaved(fns, self.device, warmup_ms=cfg.warmup_ms, rep_ms=cfg.rep_ms,
                                                      graphs=cfg.graphs)
@@ -1110,7 +1114,13 @@ class Evaluator:
         self.result["timing"] = {"size": size, "stats": {k: v.to_dict() for k, v in stats.items()}, "notes": notes,
                                  "l2_flush": self.on_gpu, "graphs": cfg.graphs}
         cm = stats["candidate"].median_ms
-        self.result["speedup"] = {k: v.median_ms / cm for k, v in stats.items() if k != "candidate" and cm > 0}
+        self.result["speedup"] = {k: v.median_ms / cm for k, v in stats.items()
+                                  if k != "candidate" and k not in rivals and cm > 0}
+        if rivals:
+            # ratio > 1: the candidate is faster than that rival in this same interleaved run
+            self.result["rivals"] = {k: {"path": next(r["path"] for r in cfg.rivals if r["label"] == k),
+                                         "ratio": stats[k].median_ms / cm if cm > 0 else None}
+                                     for k in rivals}
         self._check_identity(before, "timing")
         self._check_precision(policy, "timing")
         # the output of the last timed call must still be right (timed inputs unchanged, result correct)
@@ -1143,6 +1153,49 @@ class Evaluator:
                                                        torch.cuda.current_device())
             except Exception as e:  # noqa: BLE001 - NVML missing or refused: say so, keep the run
                 self.result["energy"] = {"error": f"{type(e).__name__}: {e}"[:200]}
+
+    def _rivals(self, mod: Any, model_seed: int, inputs: list[Any], ref_model: Any,
+                notes: dict[str, str]) -> dict[str, Any]:
+        """Load the rivals and return their timed calls. They were judged in their own runs; here each must
+        load, build from its own compile cache, and match the reference at the timing size, or it is left
+        out with a note (never silently timed wrong)."""
+        out: dict[str, Any] = {}
+        if not self.cfg.rivals:
+            return out
+        with torch.no_grad():
+            ref_out = ref_model(*clone_tree(inputs))
+        for i, r in enumerate(self.cfg.rivals):
+            label = r["label"]
+            prev = os.environ.get("TORCH_EXTENSIONS_DIR")
+            try:
+                if r.get("ext_dir"):   # lazy builds happen on the first call: keep the rival's cache for it
+                    os.environ["TORCH_EXTENSIONS_DIR"] = r["ext_dir"]
+                rmod = import_module_from(Path(r["path"]), f"kp_rival_{i}_{os.getpid()}")
+                _, model = self._models(mod, rmod, model_seed)
+                rin = clone_tree(inputs)
+                with torch.no_grad():
+                    got = model(*rin)
+                self._sync()
+            except Exception as e:  # noqa: BLE001 - a broken rival is reported, the candidate's run goes on
+                notes[label] = f"rival left out: {type(e).__name__}: {str(e)[:160]}"
+                continue
+            finally:
+                if prev is None:
+                    os.environ.pop("TORCH_EXTENSIONS_DIR", None)
+                else:
+                    os.environ["TORCH_EXTENSIONS_DIR"] = prev
+            pairs = list(zip(flatten(got), flatten(ref_out), strict=False))
+            if len(flatten(got)) != len(flatten(ref_out)) or not all(
+                    isinstance(o, torch.Tensor) and o.shape == t.shape and error_stats(o, t, self.task.tolerance)["ok"]
+                    for o, t in pairs if isinstance(t, torch.Tensor)):
+                notes[label] = "rival left out: wrong output at the timing size"
+                continue
+
+            def call(model: Any = model, rin: list[Any] = rin) -> None:
+                with torch.no_grad():
+                    model(*rin)
+            out[label] = call
+        return out
 
     def _baseline(self, name: str, ref_model: Any, args: list[Any]) -> Any:
         if name == "eager":

@@ -16,7 +16,7 @@ from .errors import KernelProError
 # Stored with the run so --resume rebuilds the same search.
 RESUMABLE = ("task", "policy", "search", "objective", "energy_weight", "arch", "feedback", "hw_docs", "patterns",
              "evaluator", "template", "seed", "model", "base_url", "protocol", "turns", "target_speedup",
-             "variants", "repeats", "parallel", "baseline", "sizes", "energy", "device")
+             "variants", "repeats", "parallel", "baseline", "sizes", "energy", "device", "start", "confirm")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,6 +36,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--resume", type=int, metavar="RUN_ID", help="continue a stored optimize run")
     g.add_argument("--template", help="parameterized template module (PARAMS + make_source) for --policy param")
+    g.add_argument("--start", metavar="K=V,...",
+                   help="--policy param: start from the template with these parameters changed, e.g. BM=128,STAGES=3")
+    g.add_argument("--confirm", type=int, default=0, metavar="ROUNDS",
+                   help="after the search, time start and best side by side in one worker for ROUNDS rounds "
+                        "(kernelpro compare) and report that ratio, not the search's own best-of-many figure")
     g.add_argument("--workdir", help="where candidate files are written (default: next to the run store)")
     e = p.add_argument_group("evaluation")
     e.add_argument("--arch", help="target, e.g. sm_90a (default: the GPU's, else sm_90a)")
@@ -189,7 +194,7 @@ def _search(args: argparse.Namespace, console: Any, store: Any, run_id: int, tas
     if args.policy == "param":
         from .agent.policy_param import ParamPolicy, load_template
 
-        policy: Any = ParamPolicy(load_template(task, args.template))
+        policy: Any = ParamPolicy(load_template(task, args.template), start=parse_start(args.start))
     else:
         from .agent.policy_llm import LLMPolicy
 
@@ -218,11 +223,70 @@ def _search(args: argparse.Namespace, console: Any, store: Any, run_id: int, tas
         console.print(f"LLM: {u.calls} requests, {u.replies} replies, {u.failures} failed, {u.prompt_tokens} prompt + "
                       f"{u.completion_tokens} completion tokens" + (f", ${u.cost_usd:.2f}" if u.cost_usd else ""))
     status = "interrupted" if "endpoint failed" in res.stop_reason else "done"
-    store.set_run_status(run_id, status)
     if res.best is None:
+        store.set_run_status(run_id, status)
         console.print("no working candidate found")
         return 1
+    if args.confirm and status == "done" and type(evaluator).__name__ != "HarnessEvaluator":
+        console.print("--confirm needs the harness evaluator (a GPU, or --device cpu); skipped")
+    elif args.confirm and status == "done":
+        _confirm(args, console, store, run_id, task, res, workdir)
+    store.set_run_status(run_id, status)
     return 0
+
+
+def parse_start(text: str | None) -> dict[str, Any] | None:
+    """'BM=128,STAGES=3' -> {'BM': 128, 'STAGES': 3}; values are Python literals (ints, bools, strings)."""
+    import ast
+
+    if not text:
+        return None
+    out: dict[str, Any] = {}
+    for item in text.split(","):
+        key, eq, val = item.partition("=")
+        if not eq or not key.strip():
+            raise KernelProError(f"--start {text!r}: expected KEY=VALUE pairs separated by commas, e.g. BM=128,STAGES=3")
+        try:
+            out[key.strip()] = ast.literal_eval(val.strip())
+        except (ValueError, SyntaxError):
+            out[key.strip()] = val.strip()
+    return out
+
+
+def _confirm(args: argparse.Namespace, console: Any, store: Any, run_id: int, task: Any, res: Any,
+             workdir: Path) -> None:
+    """Start vs best, side by side in one worker, several rounds; stored as a `compare` run linked here."""
+    from .compare import compare, render
+
+    root, best = res.root, res.best
+    if root is None or not root.ok or best.key == root.key or root.origin == "reference":
+        console.print("confirm: nothing to compare (the start is the best working node)")
+        return
+    paths = [workdir / f"{n.key}.py" for n in (root, best)]
+    for n, p in zip((root, best), paths, strict=True):
+        if not p.is_file() or p.read_text() != n.source:   # resumed elsewhere: write the stored source back
+            p.write_text(n.source or "")
+    labels = [f"start {root.key}", f"best {best.key}"]
+    cmp_run = store.new_run("compare", task.suite, {"task": str(task.path), "task_key": task.key,
+                                                    "candidates": [str(p) for p in paths], "labels": labels,
+                                                    "rounds": args.confirm, "baseline": args.baseline,
+                                                    "optimize_run": run_id})
+    ids = [n.candidate_id for n in (root, best)]
+
+    def on_round(r: int, i: int, rec: dict[str, Any]) -> None:
+        if ids[i] is not None:
+            store.record("evaluations", ids[i], bool(rec.get("ok")), {**rec, "compare_round": r + 1,
+                                                                       "compare_run": cmp_run})
+        if not args.quiet:
+            console.print(f"confirm round {r + 1}/{args.confirm} done", highlight=False)
+
+    device = "cpu" if getattr(args, "device", "auto") == "cpu" else "cuda"
+    cmp = compare(task, paths, args.confirm, labels, baseline=args.baseline, sizes="default", device=device,
+                  on_round=on_round)
+    console.print(render(cmp, args.baseline))
+    console.print(f"comparison stored as run {cmp_run} (its rounds are evaluations of the two nodes' candidates)",
+                  highlight=False)
+    store.set_run_status(cmp_run, "done")
 
 
 def _protocol(args: argparse.Namespace, console: Any, store: Any, run_id: int, tasks: list[Any], evaluator: Any,

@@ -60,6 +60,34 @@ def test_moves_are_valid_and_repair_coupled_knobs(template):
     assert c1 and c1[0]["CONSUMER_REGS"] == 232 + 24  # register split follows the consumer count
 
 
+def test_operand_layout_is_never_a_move():
+    # Regression: B_KMAJOR (the headline task's B layout) was stepped 1->2 like a tuning knob.
+    head = pytest.importorskip("kernelpro.suites.ptxbench.reference.gemm_bf16_headline")
+    t = Template(head, "gemm_bf16_headline")
+    assert t.params["B_KMAJOR"] == 1
+    ms = moves(t.params, t.validate)
+    assert ms and all(q["B_KMAJOR"] == 1 for _, _, q in ms) and not any(k == "B_KMAJOR" for k, _, _ in ms)
+    assert gemm_rules({**t.params, "B_KMAJOR": 2}) is not None
+
+
+def test_start_params_apply_repair_and_reject_in_one_line():
+    from kernelpro.agent.policy_param import start_params
+    from kernelpro.errors import KernelProError
+
+    head = pytest.importorskip("kernelpro.suites.ptxbench.reference.gemm_bf16_headline")
+    t = Template(head, "gemm_bf16_headline")
+    p = start_params(t, {"BM": 128, "STAGES": 3, "CLUSTER_M": 1, "GROUP_M": 1})
+    assert (p["BM"], p["BN"], p["STAGES"], p["CLUSTER_M"], p["GROUP_M"], p["B_KMAJOR"]) == (128, 128, 3, 1, 1, 1)
+    assert start_params(t, {"BK": 128})["STAGES"] < t.params["STAGES"]   # coupled: what fits in shared memory
+    assert start_params(t, {"CONSUMERS": 1, "BM": 64})["CONSUMER_REGS"] == 256
+    for bad, msg in [({"TILE": 3}, "TILE not a parameter"), ({"CONSUMER_REGS": 200}, "set CONSUMERS instead"),
+                     ({"B_KMAJOR": 0}, "fixed by the task's operand layout"),
+                     ({"BK": 128, "STAGES": 8}, "shared memory over 227 KB"),
+                     ({"BN": 96}, "BN and BK must be in")]:
+        with pytest.raises(KernelProError, match=msg):
+            start_params(t, bad)
+
+
 def ctx_for(params, diagnoses, seen=frozenset(), seed=0):
     parent = Node("n0", None, 0, gemm.make_source(params), info={"params": params},
                   outcome=EvalOutcome(True, speedup=1.0, diagnoses=diagnoses))

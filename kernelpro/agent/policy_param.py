@@ -37,6 +37,7 @@ LADDERS: dict[str, list[int]] = {
     "GROUP_M": [1, 2, 4, 8, 16],
 }
 DERIVED = {"PRODUCER_REGS", "CONSUMER_REGS"}   # follow CONSUMERS, never mutated on their own
+FIXED = {"B_KMAJOR"}                            # the task's operand layout, not a tuning knob
 
 # (pattern in the diagnoses, knob, direction, weight)
 GUIDANCE: list[tuple[str, str, int, float]] = [
@@ -72,6 +73,8 @@ def gemm_rules(p: dict[str, int]) -> str | None:
     cm = p.get("CLUSTER_M", 1)
     if cm not in (1, 2, 4) or (not p.get("B_KMAJOR") and (bn // 64) % cm):
         return "CLUSTER_M must be 1, 2 or 4 and divide BN/64"
+    if p.get("B_KMAJOR", 0) not in (0, 1):
+        return "B_KMAJOR is 0 (B is K x N) or 1 (B is N x K)"
     if p.get("B_KMAJOR") and (bn // cm) % 8:
         return "BN/CLUSTER_M must be a multiple of 8"
     if p.get("GROUP_M", 1) < 1:
@@ -171,7 +174,7 @@ def moves(params: dict[str, Any], validate: Callable[[dict], str | None] = lambd
         return False
 
     for key, value in params.items():
-        if key in DERIVED or not isinstance(value, int) or isinstance(value, bool):
+        if key in DERIVED or key in FIXED or not isinstance(value, int) or isinstance(value, bool):
             continue
         lad = _ladder(key, value)
         i = lad.index(value)
@@ -195,11 +198,16 @@ class ParamPolicy:
     name = "param"
     repairs = False
 
-    def __init__(self, template: Template):
+    def __init__(self, template: Template, start: dict[str, Any] | None = None):
         self.t = template
+        self.start = start_params(template, start) if start else None
 
     def root(self, task: Task) -> Proposal:
-        # The template itself is evaluated like any node: the search must beat it, not assume it.
+        # The start is evaluated like any node: the search must beat it, not assume it.
+        if self.start is not None:
+            return Proposal(self.t.make_source(self.start),
+                            what=f"start ({describe(self.t.params, self.start)}) " + _short(self.start),
+                            origin="policy", info={"params": self.start, "template": self.t.name})
         return Proposal(self.t.make_source(self.t.params), what="template defaults " + _short(self.t.params),
                         origin="policy", info={"params": self.t.params, "template": self.t.name})
 
@@ -229,6 +237,30 @@ class ParamPolicy:
         guided = w.get((key, d), 0.0) > 0
         return Proposal(src, what=describe(base, q) + (" (diagnosis-guided)" if guided else ""),
                         info={"params": q, "guided": guided, "template": self.t.name})
+
+
+def start_params(t: Template, changes: dict[str, Any]) -> dict[str, Any]:
+    """The template's PARAMS with `changes` applied (coupled knobs repaired); a one-line error if a key is
+    unknown or the result breaks the template's rules."""
+    unknown = sorted(set(changes) - set(t.params))
+    if unknown:
+        raise KernelProError(f"--start: {', '.join(unknown)} not a parameter of {t.name} "
+                             f"(it has {', '.join(k for k in t.params if k not in DERIVED)})")
+    derived = sorted(set(changes) & DERIVED)
+    if derived:
+        raise KernelProError(f"--start: {', '.join(derived)} follow(s) CONSUMERS; set CONSUMERS instead")
+    fixed = sorted(k for k in set(changes) & FIXED if changes[k] != t.params[k])
+    if fixed:
+        raise KernelProError(f"--start: {', '.join(fixed)} is fixed by the task's operand layout")
+    p = {**t.params, **changes}
+    if "STAGES" not in changes:
+        p = _fix_coupled(p)
+    elif {"CONSUMERS", "PRODUCER_REGS", "CONSUMER_REGS"} <= set(p):
+        p = {**_fix_coupled(p), "STAGES": changes["STAGES"]}
+    why = t.validate(p)
+    if why:
+        raise KernelProError(f"--start {describe(t.params, p)}: {why}")
+    return p
 
 
 def _short(p: dict[str, Any]) -> str:
