@@ -218,3 +218,13 @@ def test_mcts_escapes_a_local_optimum_that_traps_greedy(env):
     assert max(best["greedy"]) < 1.5
     assert sum(best["mcts"]) / 6 > sum(best["greedy"]) / 6 + 0.1
     assert sum(s > 1.55 for s in best["mcts"]) >= 3
+
+
+@pytest.mark.parametrize("strategy", ["mcts", "greedy"])
+def test_a_parallel_batch_never_spends_two_nodes_on_one_kernel(env, strategy):
+    # Regression (H200 search, 2026-12-03): four proposals made at once from one parent came back as the
+    # same kernel twice ("STAGES 3->7" as n3 and n4), each evaluated and counted against the budget.
+    task, store, tmp = env
+    rid, s, res = run(task, store, tmp, strategy, budget=13, parallel=4)
+    sources = [n.source for n in s.nodes.values()]
+    assert len(sources) == 13 and len(set(sources)) == 13

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import random
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -140,6 +141,8 @@ class Search:
         self.started = time.monotonic()
         self.stop_reason = ""
         self._pending: dict[str, int] = {}
+        self._reserved: set[str] = set()        # hashes proposed in the batch being made, not yet evaluated
+        self._lock = threading.Lock()
         self._endpoint_errors = 0
         self.cfg.workdir.mkdir(parents=True, exist_ok=True)
 
@@ -254,11 +257,20 @@ class Search:
 
     # -- expansion -------------------------------------------------------------------------------
     def _propose(self, parent: Node) -> Proposal:
-        ctx = ExpandContext(parent=parent, best=self.best(), memory=self.memory, seen=self.seen, rng=self.rng)
+        # Proposals of one batch are made concurrently; each reserves its hash so that two of them (often
+        # from the same parent) cannot be the same kernel, which would spend two nodes of budget on one.
         for _ in range(3):
+            with self._lock:
+                seen = self.seen | self._reserved
+            ctx = ExpandContext(parent=parent, best=self.best(), memory=self.memory, seen=seen, rng=self.rng)
             prop = self.policy.propose(ctx)
-            if prop.source is None or source_hash(prop.source) not in self.seen:
+            if prop.source is None:
                 return prop
+            h = source_hash(prop.source)
+            with self._lock:
+                if h not in self.seen and h not in self._reserved:
+                    self._reserved.add(h)
+                    return prop
         return Proposal(None, reason="policy repeated an existing candidate", exhausted=True)
 
     def _evaluate(self, prop: Proposal, key: str) -> EvalOutcome:
@@ -381,6 +393,7 @@ class Search:
                     props = list(ex.map(self._propose, parents))
         finally:
             self._pending.clear()
+            self._reserved.clear()
         prepare = getattr(self.evaluator, "prepare", None)
         if prepare is not None and len(props) > 1:
             # Builds overlap; the extension cache makes the serial evaluation below a cache hit.
