@@ -86,24 +86,48 @@ def compare(task: Any, paths: list[Path], rounds: int = 5, labels: list[str] | N
                "candidate_path": str(paths[i]), "candidate_hash": hashes[i], "device": device, "sizes": sizes,
                "baselines": [baseline], "rivals": rivals}
         rec = run_job(job, timeout_s=timeout_s, gpu=gpu)
-        stats = (rec.get("timing") or {}).get("stats") or {}
-        got: dict[str, float | None] = {lab: None for lab in labels}
-        if rec.get("ok") and "candidate" in stats:
-            got[labels[i]] = stats["candidate"]["median_ms"]
-            for rv in rivals:
-                if rv["label"] in stats:
-                    got[rv["label"][len("rival:"):]] = stats[rv["label"]]["median_ms"]
-            for k, v in ((rec.get("timing") or {}).get("notes") or {}).items():
-                if k.startswith("rival:"):
-                    cmp.notes.append(f"round {r + 1}: {k[len('rival:'):]}: {v}")
-        else:
-            cmp.notes.append(f"round {r + 1}: {labels[i]} failed: {rec.get('reason')}: "
-                             f"{str(rec.get('detail') or '').splitlines()[0][:160] if rec.get('detail') else ''}")
-        cmp.rounds.append(got)
-        cmp.judged.append(labels[i])
-        cmp.baseline_ms.append((stats.get(baseline) or {}).get("median_ms"))
+        _add_round(cmp, r, labels[i], rec, baseline)
         if on_round:
             on_round(r, i, rec)
+    return cmp
+
+
+def _add_round(cmp: Comparison, r: int, judged: str, rec: dict[str, Any], baseline: str) -> None:
+    """Fold one round's harness record (judged file = `judged`, others as `rival:<label>`) into `cmp`."""
+    stats = (rec.get("timing") or {}).get("stats") or {}
+    got: dict[str, float | None] = {lab: None for lab in cmp.labels}
+    if rec.get("ok") and "candidate" in stats:
+        got[judged] = stats["candidate"]["median_ms"]
+        for lab in cmp.labels:
+            if f"rival:{lab}" in stats:
+                got[lab] = stats[f"rival:{lab}"]["median_ms"]
+        for k, v in ((rec.get("timing") or {}).get("notes") or {}).items():
+            if k.startswith("rival:"):
+                cmp.notes.append(f"round {r + 1}: {k[len('rival:'):]}: {v}")
+    else:
+        detail = str(rec.get("detail") or "")
+        cmp.notes.append(f"round {r + 1}: {judged} failed: {rec.get('reason')}: "
+                         f"{detail.splitlines()[0][:160] if detail else ''}")
+    cmp.rounds.append(got)
+    cmp.judged.append(judged)
+    cmp.baseline_ms.append((stats.get(baseline) or {}).get("median_ms"))
+
+
+def load_comparison(store: Any, run_id: int) -> Comparison:
+    """Rebuild a stored comparison (a `compare` run, or the --confirm of an optimize run) from its rounds."""
+    run = store.get_run(run_id)
+    cfg = run["config"]
+    cmp = Comparison(task=cfg.get("task_key", ""), labels=list(cfg["labels"]), paths=list(cfg["candidates"]))
+    owner = cfg.get("optimize_run", run_id)          # --confirm stores rounds on the search's candidates
+    # Rounds recorded before compare_run/compare_label were stored: the run's own candidates, and the judged
+    # file follows from the round number exactly as compare() rotates it.
+    recs = [r["payload"] for c in store.candidates(owner) for r in store.results("evaluations", c["id"])
+            if r["payload"].get("compare_run", run_id if owner == run_id and "compare_round" in r["payload"]
+                                else None) == run_id]
+    for rec in sorted(recs, key=lambda x: x["compare_round"]):
+        r = int(rec["compare_round"]) - 1
+        _add_round(cmp, r, rec.get("compare_label") or cmp.labels[r % len(cmp.labels)], rec,
+                   cfg.get("baseline", "eager"))
     return cmp
 
 
@@ -180,7 +204,8 @@ def main(args: argparse.Namespace) -> int:
                                        info={"label": lab, "path": str(p)}))
 
     def on_round(r: int, i: int, rec: dict[str, Any]) -> None:
-        store.record("evaluations", ids[i], bool(rec.get("ok")), {**rec, "compare_round": r + 1})
+        store.record("evaluations", ids[i], bool(rec.get("ok")),
+                     {**rec, "compare_run": run_id, "compare_round": r + 1, "compare_label": labels[i]})
         stats = (rec.get("timing") or {}).get("stats") or {}
         shown = ", ".join(f"{labels[i] if k == 'candidate' else k.removeprefix('rival:')} {v['median_ms']:.4f} ms"
                           for k, v in stats.items())

@@ -275,8 +275,8 @@ def _confirm(args: argparse.Namespace, console: Any, store: Any, run_id: int, ta
 
     def on_round(r: int, i: int, rec: dict[str, Any]) -> None:
         if ids[i] is not None:
-            store.record("evaluations", ids[i], bool(rec.get("ok")), {**rec, "compare_round": r + 1,
-                                                                       "compare_run": cmp_run})
+            store.record("evaluations", ids[i], bool(rec.get("ok")),
+                         {**rec, "compare_run": cmp_run, "compare_round": r + 1, "compare_label": labels[i]})
         if not args.quiet:
             console.print(f"confirm round {r + 1}/{args.confirm} done", highlight=False)
 

@@ -159,7 +159,11 @@ def candidate_facts(store: Any, cand: dict[str, Any]) -> Facts:
             f.compile_log = f.compile_log or _text(_first(p, "compile_errors", "errors", "log", default=""))
         if not f.requested and not ver["ok"] and not f.missing:
             f.verify_log = f.verify_log or "verification failed"
-    ev = store.latest("evaluations", cand["id"])
+    evs = store.results("evaluations", cand["id"])
+    # A side-by-side round (compare / --confirm) re-times a candidate at one size; its own verdict stays the
+    # evaluation it had in its run, unless it has no other (a candidate of a compare run).
+    own = [e for e in evs if "compare_round" not in e["payload"]]
+    ev = (own or evs)[-1] if evs else None
     if ev is not None:
         f.evaluated = True
         p = ev["payload"]
@@ -276,6 +280,7 @@ class RunView:
     baselines: list[str]
     baseline: str | None            # the primary one (fast_p, distribution)
     nodes: list[dict[str, Any]]
+    comparisons: list[Any] = field(default_factory=list)   # compare.Comparison: this run's, or its --confirm
 
     @property
     def label(self) -> str:
@@ -306,7 +311,12 @@ def load_run(store: Any, run_id: int) -> RunView:
             best[f.task] = f
     for f in facts:  # a search that produced nothing else is still judged by its reference
         best.setdefault(f.task, f)
-    return RunView(run, facts, dict(sorted(best.items())), baselines, primary, store.nodes(run_id))
+    from .compare import load_comparison
+
+    cmp_ids = [run_id] if run["kind"] == "compare" else [
+        r["id"] for r in store.runs("compare") if r["config"].get("optimize_run") == run_id]
+    return RunView(run, facts, dict(sorted(best.items())), baselines, primary, store.nodes(run_id),
+                   [load_comparison(store, i) for i in cmp_ids])
 
 
 def fast_p(view: RunView, p: float) -> float:
@@ -701,6 +711,26 @@ def comparison_table(views: list[RunView]) -> str:
             + "</tr></thead><tbody>" + "".join(rows) + "</tbody><tfoot>" + "".join(foot) + "</tfoot></table></div>")
 
 
+def comparison_rounds_table(c: Any) -> str:
+    """A compare.Comparison as a table: ms per candidate per round, ratio vs the first, median [min, max]."""
+    first = c.labels[0]
+    head = ["round", "judged"] + [f"{lab} ms" for lab in c.labels] + [f"ms({first}) / ms({lab})" for lab in c.labels[1:]]
+    rows = []
+    for k, (row, judged) in enumerate(zip(c.rounds, c.judged, strict=True), 1):
+        cells = [_td(k, True), _td(judged)] + [_td(f"{row[lab]:.4f}" if row.get(lab) else "-", True) for lab in c.labels]
+        cells += [_td(f"{row[first] / row[lab]:.3f}" if row.get(first) and row.get(lab) else "-", True)
+                  for lab in c.labels[1:]]
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    summ = c.summary()
+    foot = ([_td("median"), _td("")] + [_td(f"{s['median_ms']:.4f}" if s["median_ms"] else "-", True) for s in summ]
+            + [_td(f"{s['ratio_median']:.3f} [{s['ratio_min']:.3f}, {s['ratio_max']:.3f}]" if s["ratio_median"]
+                   else "-", True) for s in summ[1:]])
+    notes = "".join(f"<li>{_e(n)}</li>" for n in c.notes)
+    return ('<div class="scroll"><table><thead><tr>' + "".join(f"<th>{_e(h)}</th>" for h in head)
+            + "</tr></thead><tbody>" + "".join(rows) + "</tbody><tfoot><tr>" + "".join(foot) + "</tr></tfoot></table>"
+            + (f'<ul class="muted">{notes}</ul>' if notes else "") + "</div>")
+
+
 def fast_p_series(views: list[RunView]) -> dict[str, list[tuple[float, float]]]:
     top = max([f.speedup(v.baseline) or 0 for v in views for f in v.best.values() if f.ok] + [2.0]) * 1.05
     ps = [top * i / 200 for i in range(201)]
@@ -744,6 +774,8 @@ def render(views: list[RunView], db_path: str = "") -> str:
                   "<h3>Feature usage</h3>", f'<div class="scroll">{svg_heatmap(v)}</div>']
         if v.run["kind"] == "optimize" or v.nodes:
             parts += ["<h3>Search tree</h3>", f'<div class="scroll">{svg_tree(v)}</div>']
+        for c in v.comparisons:
+            parts += ["<h3>Side by side in one worker</h3>", comparison_rounds_table(c)]
     parts.append("</body></html>")
     return "\n".join(parts)
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from kernelpro.cli import main
-from kernelpro.compare import compare
+from kernelpro.compare import compare, load_comparison
+from kernelpro.report import load_run, render
 from kernelpro.store import Store
 from kernelpro.task import load_task
 from kernelpro.toolchain import no_gpu_reason
@@ -66,6 +67,10 @@ def test_compare_cli_stores_every_round_and_fails_when_a_candidate_was_never_tim
     rec = st.results("evaluations", cands[0]["id"])[0]["payload"]
     assert set(rec["speedup"]) == {"eager"} and set(rec["rivals"]) == {"rival:fast"}
     assert json.loads(js.read_text())["summary"][1]["faster_in"] == 2
+    # the stored rounds rebuild the same comparison, and the report shows it
+    again = load_comparison(st, run["id"])
+    assert again.summary() == json.loads(js.read_text())["summary"]
+    assert "Side by side in one worker" in render([load_run(st, run["id"])])
 
 
 def test_compare_rejects_bad_input_in_one_line(tmp_path, capsys):
@@ -99,6 +104,14 @@ def test_optimize_param_search_from_a_start_then_confirms_start_vs_best(tmp_path
     assert cmp_run["config"]["optimize_run"] == opt["id"] and cmp_run["status"] == "done"
     assert cmp_run["config"]["labels"] == ["start n0", f"best {best}"]
     assert "ratio best" in out and "side by side" in out
+    cmp = load_comparison(st, cmp_run["id"])
+    assert cmp.judged == ["start n0", f"best {best}"] and all(r["start n0"] and r[f"best {best}"] for r in cmp.rounds)
+    assert all(x > 1.0 for x in cmp.ratios(f"best {best}"))   # fewer repeats is faster, side by side too
+    # the report shows the confirmation with the search, and a node keeps its own verdict (not a round's)
+    view = load_run(st, opt["id"])
+    assert len(view.comparisons) == 1 and "Side by side in one worker" in render([view])
+    best_facts = next(f for f in view.facts if f.info.get("node") == best)
+    assert list(best_facts.speedups.values()) == [pytest.approx(nodes[best]["outcome"]["speedup"])]
     assert opt["config"]["start"] == "REPEAT=16" and opt["config"]["confirm"] == 2
 
 
