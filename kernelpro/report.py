@@ -805,9 +805,9 @@ def main(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from .store import Store
+    from .store import Store, default_db_path
 
-    store = Store(args.db)
+    store = Store(args.db or default_db_path(), readonly=True)
     console = Console()
     if args.list or not args.run_ids:
         runs = store.runs()

@@ -93,8 +93,23 @@ def source_hash(source: str) -> str:
 class Store:
     """A thin layer over sqlite3; one connection per Store, not shared across processes."""
 
-    def __init__(self, path: str | Path | None = None):
+    def __init__(self, path: str | Path | None = None, readonly: bool = False):
         self.path = Path(path) if path else default_db_path()
+        if readonly:
+            # Readers (reports) must leave a recorded store byte for byte as it was: no WAL switch, no migration.
+            if not self.path.is_file():
+                raise KernelProError(f"no run store at {self.path}; pass --db PATH")
+            try:
+                self.db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=30,
+                                          isolation_level=None)
+                self.db.row_factory = sqlite3.Row
+                row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            except sqlite3.DatabaseError as e:
+                raise KernelProError(f"{self.path} is not a KernelPro run store ({e}); pass --db PATH") from None
+            if row is None or int(row["value"]) > SCHEMA_VERSION:
+                raise KernelProError(f"{self.path}: schema {row and row['value']} not readable by this kernelpro "
+                                     f"(v{SCHEMA_VERSION})")
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)

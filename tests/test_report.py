@@ -112,3 +112,22 @@ def test_agent_outcome_flags_are_not_all_gaming_flags(tmp_path):
     s.record("evaluations", cheat, False, {"ok": False, "correct": True, "flags": ["output_cached"]})
     assert verdict(candidate_facts(s, s.candidate(wrong))) == "wrong_output"
     assert verdict(candidate_facts(s, s.candidate(cheat))) == "flagged"
+
+
+def test_report_leaves_a_recorded_store_byte_for_byte(tmp_path: Path, capsys):
+    # Regression: opening a store to report on it switched it to WAL mode, rewriting a measurement file.
+    import hashlib
+    import sqlite3
+
+    store, ids = populated_store(tmp_path / "runs.db")
+    store.close()
+    db = tmp_path / "runs.db"
+    con = sqlite3.connect(db)
+    con.execute("PRAGMA journal_mode=DELETE")        # as a store copied into docs/ would be after a checkpoint
+    con.close()
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    assert cli(["report", "--db", str(db), str(ids["optimize"][0]), "-o", str(tmp_path / "x.html")]) == 0
+    assert cli(["report", "--db", str(db), "--list"]) == 0
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+    assert cli(["report", "--db", str(tmp_path / "missing.db"), "--list"]) == 1
+    assert "no run store at" in capsys.readouterr().err
