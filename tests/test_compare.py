@@ -88,7 +88,7 @@ def test_compare_rejects_bad_input_in_one_line(tmp_path, capsys):
 def test_optimize_param_search_from_a_start_then_confirms_start_vs_best(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     db = tmp_path / "runs.db"
-    rc = main(["optimize", str(TASK), "--policy", "param", "--template", str(TEMPLATE), "--start", "REPEAT=16",
+    rc = main(["optimize", str(TASK), "--policy", "param", "--template", str(TEMPLATE), "--start", "SLOW=8",
                "--search", "greedy", "--budget-nodes", "3", "--evaluator", "harness", "--device", "cpu",
                "--confirm", "2", "--quiet", "--db", str(db), "--workdir", str(tmp_path / "w")])
     out = capsys.readouterr().out
@@ -96,23 +96,23 @@ def test_optimize_param_search_from_a_start_then_confirms_start_vs_best(tmp_path
     st = Store(db)
     opt = st.runs("optimize")[-1]
     nodes = {n["node_key"]: n["payload"] for n in st.nodes(opt["id"])}
-    assert nodes["n0"]["info"]["params"] == {"REPEAT": 16} and nodes["n0"]["what"].startswith("start (REPEAT 4->16)")
-    assert nodes["n1"]["info"]["params"]["REPEAT"] in (8, 32)            # one step along the x2 ladder
+    assert nodes["n0"]["info"]["params"] == {"SLOW": 8} and nodes["n0"]["what"].startswith("start (SLOW 2->8)")
+    assert nodes["n1"]["info"]["params"]["SLOW"] == 4            # one step down the x2 ladder (16 is invalid)
     best = max(nodes, key=lambda k: nodes[k]["outcome"]["speedup"])
-    assert nodes[best]["info"]["params"]["REPEAT"] < 16
+    assert nodes[best]["info"]["params"]["SLOW"] < 8
     cmp_run = st.runs("compare")[-1]
     assert cmp_run["config"]["optimize_run"] == opt["id"] and cmp_run["status"] == "done"
     assert cmp_run["config"]["labels"] == ["start n0", f"best {best}"]
     assert "ratio best" in out and "side by side" in out
     cmp = load_comparison(st, cmp_run["id"])
     assert cmp.judged == ["start n0", f"best {best}"] and all(r["start n0"] and r[f"best {best}"] for r in cmp.rounds)
-    assert all(x > 1.0 for x in cmp.ratios(f"best {best}"))   # fewer repeats is faster, side by side too
+    assert all(x > 1.0 for x in cmp.ratios(f"best {best}"))   # a quarter of the work is faster, side by side too
     # the report shows the confirmation with the search, and a node keeps its own verdict (not a round's)
     view = load_run(st, opt["id"])
     assert len(view.comparisons) == 1 and "Side by side in one worker" in render([view])
     best_facts = next(f for f in view.facts if f.info.get("node") == best)
     assert list(best_facts.speedups.values()) == [pytest.approx(nodes[best]["outcome"]["speedup"])]
-    assert opt["config"]["start"] == "REPEAT=16" and opt["config"]["confirm"] == 2
+    assert opt["config"]["start"] == "SLOW=8" and opt["config"]["confirm"] == 2
 
 
 def test_optimize_rejects_a_bad_start(tmp_path, capsys):
@@ -120,9 +120,9 @@ def test_optimize_rejects_a_bad_start(tmp_path, capsys):
             "--db", str(tmp_path / "r.db"), "--quiet"]
     assert main(base + ["--start", "TILE=3"]) == 1
     assert "TILE not a parameter" in capsys.readouterr().err
-    assert main(base + ["--start", "REPEAT=99"]) == 1
-    assert "REPEAT must be in [1, 64]" in capsys.readouterr().err
-    assert main(base + ["--start", "REPEAT"]) == 1
+    assert main(base + ["--start", "SLOW=99"]) == 1
+    assert "SLOW must be in [1, 8]" in capsys.readouterr().err
+    assert main(base + ["--start", "SLOW"]) == 1
     assert "expected KEY=VALUE pairs" in capsys.readouterr().err
 
 

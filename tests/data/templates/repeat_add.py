@@ -1,9 +1,10 @@
-"""A CPU template for search tests: C = A + B computed REPEAT times (more repeats, slower; same answer).
+"""A CPU template for search tests: C = A + B computed SLOW**2 times (same answer; each step of the x2 ladder
+is 4x the work, so the order of configurations is never in doubt, even on a busy machine).
 
 PARAMS + make_source(params) is the template interface of `kernelpro optimize --policy param`.
 """
 
-PARAMS = {"REPEAT": 4}
+PARAMS = {"SLOW": 2}
 
 _SOURCE = '''import torch
 import torch.nn as nn
@@ -14,7 +15,7 @@ PARAMS = {params!r}
 class ModelNew(nn.Module):
     def forward(self, a, b):
         c = a + b
-        for _ in range(PARAMS["REPEAT"] - 1):
+        for _ in range(PARAMS["SLOW"] ** 2 - 1):
             c = a + b
         return c
 '''
@@ -25,4 +26,4 @@ def make_source(params: dict) -> str:
 
 
 def validate(params: dict) -> str | None:
-    return None if 1 <= params.get("REPEAT", 0) <= 64 else "REPEAT must be in [1, 64]"
+    return None if 1 <= params.get("SLOW", 0) <= 8 else "SLOW must be in [1, 8]"
