@@ -31,17 +31,24 @@ class Comparison:
     baseline_ms: list[float | None] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def disqualified(self) -> set[str]:
+        """Labels that failed a round judging them in full: their timings as a rival do not count either."""
+        return {j for r, j in zip(self.rounds, self.judged, strict=True) if r.get(j) is None}
+
     def ratios(self, label: str) -> list[float]:
         """ms(first) / ms(label) per round where both were timed: > 1 means `label` is faster."""
         first = self.labels[0]
+        if {first, label} & self.disqualified:
+            return []
         return [r[first] / r[label] for r in self.rounds if r.get(first) and r.get(label)]
 
     def summary(self) -> list[dict[str, Any]]:
         rows = []
         for lab, path in zip(self.labels, self.paths, strict=True):
-            ms = [r[lab] for r in self.rounds if r.get(lab)]
+            ms = [] if lab in self.disqualified else [r[lab] for r in self.rounds if r.get(lab)]
             rat = self.ratios(lab)
-            rows.append({"label": lab, "path": path, "rounds": len(ms),
+            rows.append({"label": lab, "path": path, "rounds": len(ms), "disqualified": lab in self.disqualified,
                          "median_ms": statistics.median(ms) if ms else None,
                          "ratio_median": statistics.median(rat) if rat else None,
                          "ratio_min": min(rat) if rat else None, "ratio_max": max(rat) if rat else None,
@@ -71,6 +78,9 @@ def compare(task: Any, paths: list[Path], rounds: int = 5, labels: list[str] | N
 
     if len(paths) < 2:
         raise KernelProError("compare needs at least two candidate files")
+    if rounds < len(paths):
+        # A rival is only output-checked; each file must be judged in full (anti-gaming checks) in some round.
+        raise KernelProError(f"--rounds {rounds}: give at least {len(paths)}, one round judging each candidate in full")
     paths = [Path(p).resolve() for p in paths]
     for p in paths:
         if not p.is_file():
@@ -78,7 +88,7 @@ def compare(task: Any, paths: list[Path], rounds: int = 5, labels: list[str] | N
     labels = labels or _labels(paths, None)
     hashes = [source_hash(p.read_text()) for p in paths]
     cmp = Comparison(task=task.key, labels=labels, paths=[str(p) for p in paths])
-    for r in range(max(1, rounds)):
+    for r in range(rounds):
         i = r % len(paths)
         rivals = [{"label": f"rival:{labels[j]}", "path": str(paths[j]), "ext_dir": str(extension_dir(hashes[j]))}
                   for j in range(len(paths)) if j != i]
@@ -138,7 +148,7 @@ def render(cmp: Comparison, baseline: str = "eager") -> Any:
     t.add_column("round")
     t.add_column("judged")
     for lab in cmp.labels:
-        t.add_column(f"{lab} ms", justify="right")
+        t.add_column(f"{lab} ms" + (" (failed its own round)" if lab in cmp.disqualified else ""), justify="right")
     t.add_column(f"{baseline} ms", justify="right")
     for lab in cmp.labels[1:]:
         t.add_column(f"ratio {lab}", justify="right")

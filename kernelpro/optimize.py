@@ -159,6 +159,9 @@ def main(args: argparse.Namespace) -> int:
     args.arch = arch
     if arch not in ("sm_90a", "sm_100a"):
         raise KernelProError(f"--arch {arch}: the optimizer targets sm_90a or sm_100a")
+    if args.confirm and args.confirm < 2:
+        raise KernelProError(f"--confirm {args.confirm}: give at least 2 rounds, one judging the start in full and "
+                             "one the best")
     if args.policy == "param" and args.protocol:
         raise KernelProError("--protocol ptxbench is a conversation with a model; it needs --policy llm")
     evaluator = make_evaluator(args, arch)

@@ -73,6 +73,23 @@ def test_compare_cli_stores_every_round_and_fails_when_a_candidate_was_never_tim
     assert "Side by side in one worker" in render([load_run(st, run["id"])])
 
 
+def test_a_rival_that_fails_its_own_round_does_not_count(tmp_path):
+    # A try/except fallback gives the right answer, so it passes the rival's output check; the round that
+    # judges it in full flags it, and then none of its timings count.
+    slow, fast, _ = _files(tmp_path)
+    cheat = tmp_path / "cheat.py"
+    cheat.write_text("import torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def forward(self, a, b):\n"
+                     "        try:\n            raise RuntimeError('kernel failed')\n"
+                     "        except RuntimeError:\n            return a + b\n")
+    cmp = compare(load_task(TASK), [slow, fast, cheat], rounds=3, device="cpu", timeout_s=300)
+    assert cmp.rounds[0]["cheat"] is not None                 # timed as a rival while slow was judged
+    assert cmp.rounds[2]["cheat"] is None and cmp.disqualified == {"cheat"}
+    assert "round 3: cheat failed: try_except_fallback" in " | ".join(cmp.notes)
+    summ = {s["label"]: s for s in cmp.summary()}
+    assert summ["cheat"]["rounds"] == 0 and summ["cheat"]["disqualified"] and cmp.ratios("cheat") == []
+    assert summ["fast"]["rounds"] == 2 and not summ["fast"]["disqualified"]
+
+
 def test_compare_rejects_bad_input_in_one_line(tmp_path, capsys):
     slow, _, _ = _files(tmp_path)
     assert main(["compare", str(TASK), str(slow), "--device", "cpu", "--db", str(tmp_path / "r.db")]) == 1
@@ -83,6 +100,9 @@ def test_compare_rejects_bad_input_in_one_line(tmp_path, capsys):
     assert main(["compare", str(TASK), str(slow), str(slow), "--labels", "x", "--device", "cpu",
                  "--db", str(tmp_path / "r.db")]) == 1
     assert "--labels needs 2 distinct names" in capsys.readouterr().err
+    assert main(["compare", str(TASK), str(slow), str(slow), "--rounds", "1", "--device", "cpu",
+                 "--db", str(tmp_path / "r.db")]) == 1
+    assert "give at least 2, one round judging each candidate in full" in capsys.readouterr().err
 
 
 def test_optimize_param_search_from_a_start_then_confirms_start_vs_best(tmp_path, capsys, monkeypatch):
@@ -124,6 +144,8 @@ def test_optimize_rejects_a_bad_start(tmp_path, capsys):
     assert "SLOW must be in [1, 8]" in capsys.readouterr().err
     assert main(base + ["--start", "SLOW"]) == 1
     assert "expected KEY=VALUE pairs" in capsys.readouterr().err
+    assert main(base + ["--confirm", "1"]) == 1
+    assert "give at least 2 rounds" in capsys.readouterr().err
 
 
 @pytest.mark.gpu
