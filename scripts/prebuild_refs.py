@@ -46,7 +46,7 @@ def main() -> int:
     args = ap.parse_args()
     from kernelpro.candidate import load_candidate
     from kernelpro.task import load_suite
-    from kernelpro.worker import default_cache_dir
+    from kernelpro.worker import extension_dir
 
     ref_dir = ROOT / "kernelpro" / "suites" / args.suite / "reference"
     work = []
@@ -69,8 +69,7 @@ def main() -> int:
 
     def build(item):
         t, p, h = item
-        env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(default_cache_dir() / "torch_extensions" / h[:16]))
-        Path(env["TORCH_EXTENSIONS_DIR"]).mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(extension_dir(h)))
         t0 = time.monotonic()
         r = subprocess.run([sys.executable, "-c", BUILD, t.key, str(p)], env=env, capture_output=True, text=True,
                            timeout=600, cwd=str(p.parent))

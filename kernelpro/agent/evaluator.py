@@ -198,17 +198,13 @@ class HarnessEvaluator:
         self.verify_features = verify_features
         self._verified: dict[str, tuple[list[str], str]] = {}
 
-    def _ext_dir(self, h: str) -> Path:
-        from ..worker import default_cache_dir
-
-        return default_cache_dir() / "torch_extensions" / h[:16]   # the worker's per-candidate build dir
-
     def prepare(self, task: Task, path: Path) -> None:
         """Build (and statically verify) a candidate ahead of evaluation; safe to run concurrently."""
         from ..store import source_hash
+        from ..worker import extension_dir
 
         h = source_hash(Path(path).read_text())
-        precompile(Path(path), ext_dir=self._ext_dir(h), timeout_s=self.timeout_s)
+        precompile(Path(path), ext_dir=extension_dir(h), timeout_s=self.timeout_s)
         if self.verify_features:
             self._missing(task, Path(path), h)
 
