@@ -123,6 +123,41 @@ def _add_round(cmp: Comparison, r: int, judged: str, rec: dict[str, Any], baseli
     cmp.baseline_ms.append((stats.get(baseline) or {}).get("median_ms"))
 
 
+def stored_compare(store: Any, task: Any, paths: list[Path], labels: list[str], rounds: int, *,
+                   candidate_ids: list[int] | None = None, link: dict[str, Any] | None = None,
+                   baseline: str = "eager", sizes: str = "default", device: str = "cuda", timeout_s: float = 900.0,
+                   on_round: Callable[[int, int, dict[str, Any]], None] | None = None) -> tuple[int, Comparison]:
+    """`compare` as a `compare` run of the store: each round is an evaluation of the judged file's candidate
+    (`candidate_ids`, e.g. a search's nodes, named in `link`; by default the files are added to the new run),
+    tagged with the run, round and label so that `load_comparison` rebuilds it."""
+    run_id = store.new_run("compare", task.suite, {"task": str(task.path), "task_key": task.key,
+                                                  "candidates": [str(p) for p in paths], "labels": labels,
+                                                  "rounds": rounds, "baseline": baseline, "sizes": sizes,
+                                                  "device": device, **(link or {})})
+    try:
+        if candidate_ids is None:
+            candidate_ids = []
+            for lab, p in zip(labels, paths, strict=True):
+                if not Path(p).is_file():
+                    raise KernelProError(f"candidate {p} not found")
+                candidate_ids.append(store.add_candidate(run_id, task.key, Path(p).read_text(), origin="user",
+                                                         info={"label": lab, "path": str(p)}))
+
+        def record(r: int, i: int, rec: dict[str, Any]) -> None:
+            store.record("evaluations", candidate_ids[i], bool(rec.get("ok")),
+                         {**rec, "compare_run": run_id, "compare_round": r + 1, "compare_label": labels[i]})
+            if on_round:
+                on_round(r, i, rec)
+
+        cmp = compare(task, paths, rounds, labels, baseline=baseline, sizes=sizes, device=device,
+                      timeout_s=timeout_s, on_round=record)
+    except BaseException:
+        store.set_run_status(run_id, "failed")
+        raise
+    store.set_run_status(run_id, "done")
+    return run_id, cmp
+
+
 def load_comparison(store: Any, run_id: int) -> Comparison:
     """Rebuild a stored comparison (a `compare` run, or the --confirm of an optimize run) from its rounds."""
     run = store.get_run(run_id)
@@ -201,36 +236,18 @@ def main(args: argparse.Namespace) -> int:
     paths = [Path(c) for c in args.candidates]
     labels = _labels(paths, args.labels)
     store = Store(args.db)
-    run_id = store.new_run("compare", task.suite, {"task": str(task.path), "task_key": task.key,
-                                                  "candidates": [str(p) for p in paths], "labels": labels,
-                                                  "rounds": args.rounds, "baseline": args.baseline,
-                                                  "sizes": args.sizes, "device": args.device})
-    ids = []
-    for lab, p in zip(labels, paths, strict=True):
-        if not p.is_file():
-            store.set_run_status(run_id, "failed")
-            raise KernelProError(f"candidate {p} not found")
-        ids.append(store.add_candidate(run_id, task.key, p.read_text(), origin="user",
-                                       info={"label": lab, "path": str(p)}))
 
     def on_round(r: int, i: int, rec: dict[str, Any]) -> None:
-        store.record("evaluations", ids[i], bool(rec.get("ok")),
-                     {**rec, "compare_run": run_id, "compare_round": r + 1, "compare_label": labels[i]})
         stats = (rec.get("timing") or {}).get("stats") or {}
         shown = ", ".join(f"{labels[i] if k == 'candidate' else k.removeprefix('rival:')} {v['median_ms']:.4f} ms"
                           for k, v in stats.items())
         console.print(f"round {r + 1}/{args.rounds}: " + (shown or f"failed: {rec.get('reason')}"),
                       markup=False, highlight=False)
 
-    try:
-        cmp = compare(task, paths, args.rounds, labels, baseline=args.baseline, sizes=args.sizes,
-                      device=args.device, timeout_s=args.timeout, on_round=on_round)
-    except BaseException:
-        store.set_run_status(run_id, "failed")
-        raise
+    run_id, cmp = stored_compare(store, task, paths, labels, args.rounds, baseline=args.baseline, sizes=args.sizes,
+                                 device=args.device, timeout_s=args.timeout, on_round=on_round)
     console.print(render(cmp, args.baseline))
     if args.json:
         Path(args.json).write_text(json.dumps(cmp.to_dict(), indent=1))
-    store.set_run_status(run_id, "done")
     console.print(f"run {run_id} in {store.path}", highlight=False)
     return 0 if all(s["rounds"] for s in cmp.summary()) else 1

@@ -259,7 +259,7 @@ def parse_start(text: str | None) -> dict[str, Any] | None:
 def _confirm(args: argparse.Namespace, console: Any, store: Any, run_id: int, task: Any, res: Any,
              workdir: Path) -> None:
     """Start vs best, side by side in one worker, several rounds; stored as a `compare` run linked here."""
-    from .compare import compare, render
+    from .compare import render, stored_compare
 
     root, best = res.root, res.best
     if root is None or not root.ok or best.key == root.key or root.origin == "reference":
@@ -270,26 +270,18 @@ def _confirm(args: argparse.Namespace, console: Any, store: Any, run_id: int, ta
         if not p.is_file() or p.read_text() != n.source:   # resumed elsewhere: write the stored source back
             p.write_text(n.source or "")
     labels = [f"start {root.key}", f"best {best.key}"]
-    cmp_run = store.new_run("compare", task.suite, {"task": str(task.path), "task_key": task.key,
-                                                    "candidates": [str(p) for p in paths], "labels": labels,
-                                                    "rounds": args.confirm, "baseline": args.baseline,
-                                                    "optimize_run": run_id})
-    ids = [n.candidate_id for n in (root, best)]
 
     def on_round(r: int, i: int, rec: dict[str, Any]) -> None:
-        if ids[i] is not None:
-            store.record("evaluations", ids[i], bool(rec.get("ok")),
-                         {**rec, "compare_run": cmp_run, "compare_round": r + 1, "compare_label": labels[i]})
         if not args.quiet:
             console.print(f"confirm round {r + 1}/{args.confirm} done", highlight=False)
 
     device = "cpu" if getattr(args, "device", "auto") == "cpu" else "cuda"
-    cmp = compare(task, paths, args.confirm, labels, baseline=args.baseline, sizes="default", device=device,
-                  on_round=on_round)
+    cmp_run, cmp = stored_compare(store, task, paths, labels, args.confirm,
+                                  candidate_ids=[root.candidate_id, best.candidate_id], link={"optimize_run": run_id},
+                                  baseline=args.baseline, device=device, on_round=on_round)
     console.print(render(cmp, args.baseline))
     console.print(f"comparison stored as run {cmp_run} (its rounds are evaluations of the two nodes' candidates)",
                   highlight=False)
-    store.set_run_status(cmp_run, "done")
 
 
 def _protocol(args: argparse.Namespace, console: Any, store: Any, run_id: int, tasks: list[Any], evaluator: Any,
