@@ -1184,10 +1184,10 @@ class Evaluator:
                     os.environ.pop("TORCH_EXTENSIONS_DIR", None)
                 else:
                     os.environ["TORCH_EXTENSIONS_DIR"] = prev
-            pairs = list(zip(flatten(got), flatten(ref_out), strict=False))
-            if len(flatten(got)) != len(flatten(ref_out)) or not all(
+            outs, refs = flatten(got), flatten(ref_out)
+            if len(outs) != len(refs) or not all(
                     isinstance(o, torch.Tensor) and o.shape == t.shape and error_stats(o, t, self.task.tolerance)["ok"]
-                    for o, t in pairs if isinstance(t, torch.Tensor)):
+                    for o, t in zip(outs, refs, strict=True) if isinstance(t, torch.Tensor)):
                 notes[label] = "rival left out: wrong output at the timing size"
                 continue
 

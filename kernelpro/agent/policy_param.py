@@ -252,11 +252,9 @@ def start_params(t: Template, changes: dict[str, Any]) -> dict[str, Any]:
     fixed = sorted(k for k in set(changes) & FIXED if changes[k] != t.params[k])
     if fixed:
         raise KernelProError(f"--start: {', '.join(fixed)} is fixed by the task's operand layout")
-    p = {**t.params, **changes}
-    if "STAGES" not in changes:
-        p = _fix_coupled(p)
-    elif {"CONSUMERS", "PRODUCER_REGS", "CONSUMER_REGS"} <= set(p):
-        p = {**_fix_coupled(p), "STAGES": changes["STAGES"]}
+    p = _fix_coupled({**t.params, **changes})
+    if "STAGES" in changes:   # asked for explicitly: judged by the rules below, not clamped to what fits
+        p["STAGES"] = changes["STAGES"]
     why = t.validate(p)
     if why:
         raise KernelProError(f"--start {describe(t.params, p)}: {why}")
