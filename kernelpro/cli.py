@@ -14,20 +14,20 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.table import Table
 
-from . import __version__
-from .errors import KernelProError
+from kernelpro import __version__
+from kernelpro.errors import KernelProError
 
 # name -> (module, one-line help, issue that builds it). The order is the pipeline's order.
 COMMANDS: dict[str, tuple[str, str]] = {
     "tasks": ("kernelpro.cli", "list the tasks of a suite (ptxbench, or a folder of task files)"),
     "doctor": ("kernelpro.cli", "show the CUDA tools and GPUs found, and what each missing piece disables"),
-    "verify": ("kernelpro.verify", "compile a candidate and prove which architecture features it uses (PTX + SASS)"),
-    "bench": ("kernelpro.bench", "evaluate candidates: correctness, anti-gaming checks, timing and energy vs baselines"),
-    "compare": ("kernelpro.compare", "time candidates side by side in one worker over several rounds (start vs best)"),
+    "verify": ("kernelpro.static.verify", "compile a candidate and prove which architecture features it uses (PTX + SASS)"),
+    "bench": ("kernelpro.bench.pipeline", "evaluate candidates: correctness, anti-gaming checks, timing and energy vs baselines"),
+    "compare": ("kernelpro.harness.compare", "time candidates side by side in one worker over several rounds (start vs best)"),
     "profile": ("kernelpro.profile", "profile a candidate with Nsight Compute and turn the metrics into advice"),
-    "optimize": ("kernelpro.optimize", "search for faster kernels: MCTS or greedy, with an LLM or the LLM-free policy"),
+    "optimize": ("kernelpro.agent.optimize", "search for faster kernels: MCTS or greedy, with an LLM or the LLM-free policy"),
     "fixit": ("kernelpro.fixit", "export fine-tuning data from failed-then-fixed attempts, and train on it"),
-    "report": ("kernelpro.report", "write a self-contained HTML report of one or more runs"),
+    "report": ("kernelpro.report.html", "write a self-contained HTML report of one or more runs"),
 }
 
 console = Console(stderr=False)
@@ -40,10 +40,10 @@ def _tasks_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _tasks_main(args: argparse.Namespace) -> int:
-    from .task import load_suite
+    from kernelpro.suites.task import load_suite
 
     if args.suite == "kernelbench":
-        from .suites.kernelbench import load_kernelbench
+        from kernelpro.suites.kernelbench import load_kernelbench
 
         tasks = load_kernelbench(args.path, level=args.level)
     else:
@@ -68,7 +68,7 @@ def _doctor_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _doctor_main(args: argparse.Namespace) -> int:
-    from .toolchain import doctor_rows
+    from kernelpro.toolchain import doctor_rows
 
     table = Table(title=f"kernelpro {__version__}: environment")
     for col in ("component", "status", "detail"):
@@ -124,8 +124,8 @@ def _protocol_alias(argv: list[str]) -> list[str]:
     stands for its headline tasks, PTXBench's published set."""
     if not argv or argv[0] != "bench" or not any(a == "--protocol" or a.startswith("--protocol=") for a in argv):
         return argv
-    from .optimize import add_arguments as optimize_arguments
-    from .task import SUITES_DIR, load_suite
+    from kernelpro.agent.optimize import add_arguments as optimize_arguments
+    from kernelpro.suites.task import SUITES_DIR, load_suite
 
     probe = argparse.ArgumentParser(add_help=False)
     optimize_arguments(probe)

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import KernelProError
+from kernelpro.errors import KernelProError
 
 CATEGORIES = ("compile_error", "wrong_output", "missing_feature", "flagged", "slow")
 CATEGORY_TEXT = {
@@ -102,14 +102,14 @@ def normalized_hash(source: str) -> str:
 
 
 def _category(f: Any, slow_below: float) -> str | None:
-    from .report import verdict
+    from kernelpro.results.facts import verdict
 
     v = verdict(f, slow_below=slow_below)
     return v if v in CATEGORIES else None
 
 
 def _is_fix(f: Any, category: str, before: Any, slow_below: float, min_gain: float) -> bool:
-    from .report import verdict
+    from kernelpro.results.facts import verdict
 
     v = verdict(f, slow_below=slow_below)
     if category == "slow":
@@ -258,7 +258,7 @@ def model_explanation(info: dict[str, Any]) -> str | None:
 def _task_info(task_key: str) -> tuple[str, list[str], tuple[list[dict], dict] | None]:
     """(description, requested features, (held-out sizes, default size)) for a shipped task; blanks if unknown."""
     try:
-        from .task import find_task
+        from kernelpro.suites.task import find_task
 
         t = find_task(task_key)
     except Exception:  # noqa: BLE001 - tasks from other suites or removed files: mine without metadata
@@ -270,7 +270,7 @@ def _task_info(task_key: str) -> tuple[str, list[str], tuple[list[dict], dict] |
 def mine(store: Any, run_ids: list[int] | None = None, slow_below: float = 1.0, min_gain: float = 1.05,
          max_hops: int = 3) -> tuple[list[Example], dict[str, int]]:
     """All (failed -> fixed) examples in the store (or in `run_ids`), before dedupe and balance."""
-    from .report import candidate_facts
+    from kernelpro.results.facts import candidate_facts
 
     runs = [r["id"] for r in store.runs()] if not run_ids else run_ids
     facts: dict[int, Any] = {}
@@ -677,7 +677,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if args.fixit_command == "export":
-        from .store import Store
+        from kernelpro.results.store import Store
 
         runs = None
         if args.runs:

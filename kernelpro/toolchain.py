@@ -9,7 +9,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import KernelProError
+from kernelpro.errors import KernelProError
 
 # What each tool enables, for `doctor` and for the one-line error when it is missing.
 TOOLS = {

@@ -40,12 +40,14 @@ def entries(kind: str | None = None) -> list[Entry]:
     return out
 
 
-def job_for(e: Entry, device: str, **extra) -> dict:
-    from kernelpro.candidate import load_candidate
+def job_for(e: Entry, device: str, **extra):
+    from kernelpro.harness.job import Job
+    from kernelpro.suites.candidate import load_candidate
 
     c = load_candidate(e.path)
-    return {"task_path": str(e.task_path), "task_suite": "harness_tests", "task_key": f"harness_tests/{e.task}",
-            "candidate_path": str(c.path), "candidate_hash": c.hash, "device": device, **extra}
+    return Job.from_dict({"task_path": str(e.task_path), "task_suite": "harness_tests",
+                          "task_key": f"harness_tests/{e.task}", "candidate_path": str(c.path),
+                          "candidate_hash": c.hash, "device": device, **extra})
 
 
 def verdict_ok(e: Entry, result: dict) -> bool:

@@ -1,5 +1,5 @@
 """The corpus (tests/candidates): every adversarial candidate is rejected with its named reason and every
-honest one passes, through the real isolated worker on the CPU (GPU-only entries run in scripts/gpu_harness.py)."""
+honest one passes, through the real isolated worker on the CPU (GPU-only entries run in docs/measurements/recipes/gpu_harness.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from harness_corpus import entries, job_for, verdict_ok  # noqa: E402
 
-from kernelpro.worker import run_job  # noqa: E402
+from kernelpro.harness.worker import run_job  # noqa: E402
 
 CPU = [e for e in entries() if e.device in ("any", "cpu")]
 
@@ -25,7 +25,7 @@ def test_corpus_verdict(entry):
 
 
 def test_every_adversarial_candidate_names_a_known_check():
-    from kernelpro.evaluate import CHECKS
+    from kernelpro.harness.evaluate import CHECKS
 
     for e in entries("adversarial"):
         assert e.expect in CHECKS, e.name

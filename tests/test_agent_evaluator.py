@@ -3,9 +3,10 @@
 import pytest
 
 from kernelpro.agent.evaluator import EvalOutcome, HarnessEvaluator, objective_score, outcome_from_record
-from kernelpro.task import load_task
+from kernelpro.harness.job import Job
+from kernelpro.harness.worker import failure_record
+from kernelpro.suites.task import load_task
 from kernelpro.toolchain import no_gpu_reason
-from kernelpro.worker import _failure
 
 PASSED = {"ok": True, "status": "passed", "correct": True, "compiled": True, "reason": None, "failed_checks": [],
           "speedup": {"eager": 1.25, "vendor": 0.97}, "compile_s": 41.0,
@@ -22,7 +23,8 @@ def test_passing_record():
 
 
 def test_failure_records_from_the_worker():
-    o = outcome_from_record(_failure({"task_key": "t/x"}, "timeout", "killed after 300 s (stage: compile)"))
+    job = Job(task_path="t/x.py", candidate_path="c.py", task_key="t/x")
+    o = outcome_from_record(failure_record(job, "timeout", "killed after 300 s (stage: compile)"))
     assert not o.ok and o.stage == "timeout" and "killed after 300 s" in o.reason
     rec = {**PASSED, "ok": False, "status": "failed", "correct": False, "reason": "compile_error",
            "failed_checks": ["compile_error"], "detail": "x.cu(12): error: identifier \"foo\" is undefined"}

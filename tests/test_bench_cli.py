@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from kernelpro.cli import main
-from kernelpro.store import Store
+from kernelpro.results.store import Store
 
 HERE = Path(__file__).parent
 TASKS = HERE / "tasks"

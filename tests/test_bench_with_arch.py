@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from kernelpro.bench import _executed_leg, build_report
+from kernelpro.bench.pipeline import _executed_leg, build_report
 from kernelpro.errors import KernelProError
-from kernelpro.store import Store
-from kernelpro.task import find_task
+from kernelpro.results.store import Store
+from kernelpro.suites.task import find_task
 
 GEMM = "ptxbench/gemm_bf16_headline"
 

@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 
 from kernelpro.cli import main
-from kernelpro.compare import compare, load_comparison
-from kernelpro.report import load_run, render
-from kernelpro.store import Store
-from kernelpro.task import load_task
+from kernelpro.harness.compare import compare
+from kernelpro.report.html import render
+from kernelpro.results.comparison import load_comparison
+from kernelpro.results.facts import load_run
+from kernelpro.results.store import Store
+from kernelpro.suites.task import load_task
 from kernelpro.toolchain import no_gpu_reason
 
 HERE = Path(__file__).parent

@@ -4,15 +4,15 @@ from pathlib import Path
 
 import pytest
 
-from kernelpro.compile import (
-    _filter_arch_flags,
+from kernelpro.errors import KernelProError
+from kernelpro.static.compile import (
     assemble_ptx,
     compile_cuda,
+    filter_arch_flags,
     gencode_flags,
     parse_diagnostics,
     parse_ptxas_resources,
 )
-from kernelpro.errors import KernelProError
 from kernelpro.toolchain import find_tool
 
 KERNELS = Path(__file__).parent / "kernels" / "static"
@@ -30,7 +30,7 @@ def test_gencode_flags():
 def test_candidate_arch_flags_are_dropped():
     flags = ["-O3", "-gencode", "arch=compute_80,code=sm_80", "-arch=sm_80", "--gpu-architecture", "sm_86",
              "-gencode=arch=compute_90,code=sm_90", "--use_fast_math"]
-    assert _filter_arch_flags(flags) == ["-O3", "--use_fast_math"]
+    assert filter_arch_flags(flags) == ["-O3", "--use_fast_math"]
 
 
 def test_parse_diagnostics_from_each_tool():

@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from kernelpro.evaluate import (
+from kernelpro.harness.evaluate import (
     DEFAULT_CEILINGS,
     PRIORITY,
     bitwise_equal,
@@ -22,7 +22,7 @@ from kernelpro.evaluate import (
     set_precision_policy,
     snapshot,
 )
-from kernelpro.task import DEFAULT_TOLERANCE
+from kernelpro.suites.task import DEFAULT_TOLERANCE
 
 
 def test_poison_pattern_is_not_an_arithmetic_nan():
@@ -103,7 +103,7 @@ def test_precision_policy_turns_tf32_off_for_fp32():
         assert f["matmul_tf32"] is False and f["cudnn_tf32"] is False and f["fp32_precision"] == "highest"
         assert set_precision_policy("tf32")["matmul_tf32"] is True
     finally:
-        from kernelpro.evaluate import restore_precision
+        from kernelpro.harness.evaluate import restore_precision
 
         restore_precision(old)
 
@@ -115,7 +115,7 @@ def test_exception_classification():
 
 
 def test_priority_and_ceilings_are_complete():
-    from kernelpro.evaluate import CHECKS
+    from kernelpro.harness.evaluate import CHECKS
 
     assert set(PRIORITY) <= set(CHECKS) and len(PRIORITY) == len(set(PRIORITY))
     assert DEFAULT_CEILINGS["bf16"] == 990e12 and DEFAULT_CEILINGS["bandwidth"] == 4.8e12
@@ -130,20 +130,21 @@ def test_impossible_speed_with_a_low_ceiling(tmp_path):
     sys.path.insert(0, str(Path(__file__).parent))
     from harness_corpus import TASKS
 
-    from kernelpro.worker import run_job
+    from kernelpro.harness.job import Job
+    from kernelpro.harness.worker import run_job
 
     cand = tmp_path / "c.py"
     cand.write_text("import torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, a, b):\n        return a + b\n")
     job = {"task_path": str(TASKS / "vector_add.py"), "candidate_path": str(cand), "device": "cpu", "trials": 1,
            "sizes": "default", "rep_ms": 10, "warmup_ms": 1, "baselines": ["eager"]}
-    r = run_job({**job, "ceilings": {"bandwidth": 1e8}}, timeout_s=120)
+    r = run_job(Job.from_dict({**job, "ceilings": {"bandwidth": 1e8}}), timeout_s=120)
     assert r["reason"] == "impossible_speed", r.get("detail")
-    r = run_job(job, timeout_s=120)
+    r = run_job(Job.from_dict(job), timeout_s=120)
     assert r["ok"] and r["work"]["floor_ms"] > 0
 
 
 def test_jit_compiler_subprocesses_are_not_spawned_process():
-    from kernelpro.evaluate import _is_jit_tool
+    from kernelpro.harness.evaluate import _is_jit_tool
 
     assert _is_jit_tool(("/usr/local/cuda/bin/ptxas", ["ptxas", "-v"], None, None))
     assert _is_jit_tool((None, ["ninja", "-v"], None, None))
@@ -161,7 +162,8 @@ def test_forbidden_ops_bind_only_the_candidates_own_call(tmp_path):
     sys.path.insert(0, str(Path(__file__).parent))
     from harness_corpus import TASKS
 
-    from kernelpro.worker import run_job
+    from kernelpro.harness.job import Job
+    from kernelpro.harness.worker import run_job
 
     task = tmp_path / "vadd_noclone.py"
     task.write_text((TASKS / "vector_add.py").read_text().replace(
@@ -174,9 +176,9 @@ def test_forbidden_ops_bind_only_the_candidates_own_call(tmp_path):
                      "        return (a + b).clone()\n")
     job = {"task_path": str(task), "device": "cpu", "trials": 1, "sizes": "default", "timing": False,
            "baselines": ["eager"]}
-    r = run_job({**job, "candidate_path": str(honest)}, timeout_s=120)
+    r = run_job(Job.from_dict({**job, "candidate_path": str(honest)}), timeout_s=120)
     assert r["ok"], (r.get("reason"), r.get("detail"))
-    r = run_job({**job, "candidate_path": str(cheat)}, timeout_s=120)
+    r = run_job(Job.from_dict({**job, "candidate_path": str(cheat)}), timeout_s=120)
     assert r["reason"] == "library_fallback", (r.get("reason"), r.get("detail"))
 
 
@@ -187,7 +189,7 @@ def test_jit_compiler_spawn_is_allowed_through_posix_spawn(tmp_path, tool, flagg
     import os
     import subprocess
 
-    from kernelpro.evaluate import _Audit
+    from kernelpro.harness.evaluate import _Audit
 
     exe = tmp_path / tool
     exe.write_text("#!/bin/sh\nexit 0\n")

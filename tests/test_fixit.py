@@ -12,8 +12,8 @@ from trajectory_data import TASKS, add, multiturn_run, populated_store
 from kernelpro.cli import main as cli
 from kernelpro.errors import KernelProError
 from kernelpro.fixit import CATEGORIES, export, normalized_hash
-from kernelpro.report import candidate_facts, verdict
-from kernelpro.store import Store
+from kernelpro.results.facts import candidate_facts, verdict
+from kernelpro.results.store import Store
 
 
 def _rows(path: Path) -> list[dict]:

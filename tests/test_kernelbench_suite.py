@@ -8,7 +8,7 @@ import pytest
 
 from kernelpro.errors import TaskError
 from kernelpro.suites.kernelbench import find_solution, load_kernelbench, problem_id
-from kernelpro.task import import_module_from, instantiate
+from kernelpro.suites.task import import_module_from, instantiate
 
 MATMUL = '''
 import torch
@@ -204,7 +204,7 @@ def test_bench_runs_kernelbench_solutions_unchanged(checkout: Path, tmp_path: Pa
     import json
 
     from kernelpro.cli import main
-    from kernelpro.store import Store
+    from kernelpro.results.store import Store
 
     sol_dir = tmp_path / "sols"
     (sol_dir / "level1").mkdir(parents=True)

@@ -12,8 +12,8 @@ import pytest
 
 from kernelpro.agent.evaluator import EvalOutcome, reward
 from kernelpro.agent.mcts import Proposal, Search, SearchConfig
-from kernelpro.store import Store
-from kernelpro.task import load_task
+from kernelpro.results.store import Store
+from kernelpro.suites.task import load_task
 
 TASK_SRC = '''
 import torch
@@ -50,7 +50,7 @@ class GridPolicy:
         for k, d in moves:
             q = dict(p, **{k: p[k] + d})
             src = f"P = {q!r}\n"
-            from kernelpro.store import source_hash
+            from kernelpro.results.store import source_hash
             if source_hash(src) not in ctx.seen:
                 return Proposal(src, what=f"{k}{d:+d}", info={"params": q})
         return Proposal(None, reason="no unseen neighbour", exhausted=True)

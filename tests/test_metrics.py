@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from kernelpro.metrics import Outcome, fast_p, floored_speedup, geomean_speedup, summarize
+from kernelpro.results.metrics import Outcome, fast_p, floored_speedup, geomean_speedup, summarize
 
 
 def _o(task, correct=True, cand=1.0, base=2.0, floor=None, compiled=True, feat=None):

@@ -14,7 +14,7 @@ pytest.importorskip("openai")
 from loopback_llm import LoopbackLLM  # noqa: E402
 
 from kernelpro.cli import main  # noqa: E402
-from kernelpro.store import Store  # noqa: E402
+from kernelpro.results.store import Store  # noqa: E402
 from kernelpro.toolchain import find_tool  # noqa: E402
 
 TASK = '''

@@ -10,8 +10,8 @@ from kernelpro.agent.evaluator import EvalOutcome, StaticEvaluator
 from kernelpro.agent.mcts import ExpandContext, Node, Search, SearchConfig
 from kernelpro.agent.memory import SearchMemory
 from kernelpro.agent.policy_param import ParamPolicy, Template, gemm_rules, moves, params_of
-from kernelpro.store import Store
-from kernelpro.task import load_task
+from kernelpro.results.store import Store
+from kernelpro.suites.task import load_task
 from kernelpro.toolchain import find_tool
 
 gemm = pytest.importorskip("kernelpro.suites.ptxbench.reference.gemm_bf16")
@@ -109,7 +109,7 @@ def test_diagnoses_guide_the_move(template):
 
 def test_exhausts_when_every_neighbour_was_seen(template):
     pol = ParamPolicy(template)
-    from kernelpro.store import source_hash
+    from kernelpro.results.store import source_hash
 
     seen = {source_hash(gemm.make_source(q)) for _, _, q in moves(template.params, template.validate)}
     prop = pol.propose(ctx_for(template.params, "", seen=seen))

@@ -22,7 +22,7 @@ def test_binary_plant_is_diagnosed():
 
 def test_python_candidate_profile_and_system_view():
     from kernelpro.profile import profile_candidate
-    from kernelpro.task import load_task
+    from kernelpro.suites.task import load_task
 
     task = load_task(CORPUS / "task_chunked_scale.py")
     res = profile_candidate(CORPUS / "cand_chunked.py", task, calls=1, max_kernels=4)

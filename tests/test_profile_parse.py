@@ -15,7 +15,7 @@ from kernelpro.profile.tools.spills import parse_ptxas_verbose
 DATA = Path(__file__).parent / "data" / "ncu"
 RECORDED = (DATA / "clean_copy.json").is_file()
 needs_recording = pytest.mark.skipif(
-    not RECORDED, reason="no recorded ncu data in tests/data/ncu: run scripts/gpu_profile_record.sh on a GPU and unpack it")
+    not RECORDED, reason="no recorded ncu data in tests/data/ncu: run docs/measurements/recipes/gpu_profile_record.sh on a GPU and unpack it")
 
 
 @needs_recording
@@ -90,15 +90,15 @@ def test_unknown_feature_is_an_error():
 
 
 def test_executed_families_come_from_the_catalog_and_never_match_a_bare_prefix():
-    from kernelpro.profile.executed import _family_count, sass_families
+    from kernelpro.profile.executed import family_count, sass_families
 
     assert sass_families("wgmma") == ("BGMMA", "HGMMA", "IGMMA", "QGMMA")
     assert sass_families("tmem", "sm_100a") == ("LDTM", "STTM", "UTCATOMSWS")
     assert "PRMT" not in sass_families("dsmem"), "operand-refined evidence cannot come from opcode counts"
     # LDSM (ldmatrix) must not count as STAS/REDAS-style dsmem, nor HMMA as HGMMA.
-    assert _family_count({"LDSM": 10.0, "HMMA": 5.0}, sass_families("dsmem")) == 0
-    assert _family_count({"HMMA": 5.0}, sass_families("wgmma")) == 0
-    assert _family_count({"UCGABAR_ARV": 2.0, "UCGABAR": 1.0}, sass_families("cluster")) == 3
+    assert family_count({"LDSM": 10.0, "HMMA": 5.0}, sass_families("dsmem")) == 0
+    assert family_count({"HMMA": 5.0}, sass_families("wgmma")) == 0
+    assert family_count({"UCGABAR_ARV": 2.0, "UCGABAR": 1.0}, sass_families("cluster")) == 3
 
 
 @needs_recording
@@ -123,9 +123,9 @@ def test_ncu_command_targets_candidate_kernels_only():
 def test_profiled_candidate_loads_the_workers_build(tmp_path, monkeypatch):
     """The ncu driver must see the harness worker's compile cache for the same source; a fresh
     TORCH_EXTENSIONS_DIR made every executed-instruction pass rebuild the extension (~40 s on the H200)."""
+    from kernelpro.harness.worker import extension_dir
     from kernelpro.profile.collect import candidate_target
-    from kernelpro.store import source_hash
-    from kernelpro.worker import extension_dir
+    from kernelpro.results.store import source_hash
 
     monkeypatch.setenv("KERNELPRO_CACHE", str(tmp_path / "cache"))
     cand = tmp_path / "cand.py"

@@ -1,5 +1,5 @@
 """Micro-profiling tools on RECORDED Nsight Compute profiles of the planted-bottleneck corpus
-(tests/kernels/profile/*.cu, recorded on an H200 by scripts/gpu_profile_record.sh into tests/data/ncu/).
+(tests/kernels/profile/*.cu, recorded on an H200 by docs/measurements/recipes/gpu_profile_record.sh into tests/data/ncu/).
 
 Each tool must flag its own plant with the right diagnosis and must leave the clean copy kernel alone.
 """
@@ -20,7 +20,7 @@ from kernelpro.profile.tools.registry import load_all
 DATA = Path(__file__).parent / "data" / "ncu"
 RECORDED = (DATA / "clean_copy.json").is_file()
 needs_recording = pytest.mark.skipif(
-    not RECORDED, reason="no recorded ncu data in tests/data/ncu: run scripts/gpu_profile_record.sh on a GPU and unpack it")
+    not RECORDED, reason="no recorded ncu data in tests/data/ncu: run docs/measurements/recipes/gpu_profile_record.sh on a GPU and unpack it")
 
 
 def recorded(name: str):

@@ -6,7 +6,7 @@ import pytest
 
 from kernelpro.agent.memory import SearchMemory
 from kernelpro.agent.prompts import PromptContext, build_messages, extract_code
-from kernelpro.task import load_task
+from kernelpro.suites.task import load_task
 
 GOOD = "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n"
 TASK = '''

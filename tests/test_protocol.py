@@ -15,8 +15,8 @@ from kernelpro.agent.evaluator import EvalOutcome  # noqa: E402
 from kernelpro.agent.llm import LLMClient, LLMConfig  # noqa: E402
 from kernelpro.agent.protocol import Protocol, ProtocolConfig, Turn, aggregate, render_table  # noqa: E402
 from kernelpro.cli import main  # noqa: E402
-from kernelpro.store import Store  # noqa: E402
-from kernelpro.task import load_task  # noqa: E402
+from kernelpro.results.store import Store  # noqa: E402
+from kernelpro.suites.task import load_task  # noqa: E402
 
 TASK = '''
 import torch

@@ -3,7 +3,7 @@
 import pytest
 
 from kernelpro.errors import KernelProError
-from kernelpro.ptx import parse_ptx, tokenize
+from kernelpro.static.ptx import parse_ptx, tokenize
 
 MODULE = r"""
 // wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 in a line comment

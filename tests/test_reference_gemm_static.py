@@ -155,7 +155,7 @@ def test_b_kmajor_reads_b_untransposed_and_multicasts(tmp_path, cluster):
 
 def test_headline_reference_is_a_k_major_template():
     from kernelpro.agent.policy_param import gemm_rules, load_template
-    from kernelpro.task import find_task
+    from kernelpro.suites.task import find_task
 
     tpl = load_template(find_task("ptxbench/gemm_bf16_headline"))
     assert tpl.params["B_KMAJOR"] == 1 and gemm_rules(tpl.params) is None

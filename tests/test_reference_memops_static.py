@@ -1,6 +1,6 @@
 """The Hopper references for the memory-bound ptxbench tasks verify statically for sm_90a (no GPU needed).
 
-1. ``kernelpro.verify`` on each reference file (the same path ``kernelpro verify --task`` takes: the
+1. ``kernelpro.static.verify`` on each reference file (the same path ``kernelpro verify --task`` takes: the
    candidate runs in a child process, its load_inline sources are captured and compiled for sm_90a, PTX
    and SASS are inspected): every feature the task requests is emitted by *every* kernel the file
    builds, with no spills or local memory. The transpose must also show the TMA store (UTMASTG) and
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from kernelpro.task import find_task
+from kernelpro.static.verify import EMITTED, verify
+from kernelpro.suites.task import find_task
 from kernelpro.toolchain import find_tool
-from kernelpro.verify import EMITTED, verify
 
 REF = Path(__file__).resolve().parents[1] / "kernelpro" / "suites" / "ptxbench" / "reference"
 TASKS = ["softmax_rows_bf16", "rmsnorm_bf16", "transpose_bf16"]

@@ -11,7 +11,8 @@ import pytest
 from trajectory_data import populated_store
 
 from kernelpro.cli import main as cli
-from kernelpro.report import load_run, summary_row
+from kernelpro.report.html import summary_row
+from kernelpro.results.facts import load_run
 
 
 @pytest.fixture()
@@ -100,8 +101,8 @@ def test_agent_outcome_flags_are_not_all_gaming_flags(tmp_path):
     """Regression: the agent's outcome payload lists every failed check under `flags` (wrong_output,
     crash, ...); only anti-gaming checks may make a candidate 'flagged' (seen in a protocol run, where
     Fixit then filed wrong outputs as flagged)."""
-    from kernelpro.report import candidate_facts, verdict
-    from kernelpro.store import Store
+    from kernelpro.results.facts import candidate_facts, verdict
+    from kernelpro.results.store import Store
 
     s = Store(tmp_path / "r.db")
     run = s.new_run("optimize", "t", {})

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from trajectory_data import populated_store
 
-from kernelpro.report import render, write_report
+from kernelpro.report.html import render, write_report
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium package is not installed "

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelpro.compile import compile_cuda
-from kernelpro.sass import disassemble, family, kernel_report, parse_sass, resource_usage
+from kernelpro.static.compile import compile_cuda
+from kernelpro.static.sass import disassemble, family, kernel_report, parse_sass, resource_usage
 from kernelpro.toolchain import find_tool
 
 KERNELS = Path(__file__).parent / "kernels" / "static"

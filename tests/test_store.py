@@ -11,7 +11,7 @@ import time
 import pytest
 
 from kernelpro.errors import KernelProError
-from kernelpro.store import SCHEMA_VERSION, Store
+from kernelpro.results.store import SCHEMA_VERSION, Store
 
 
 def test_schema_version_and_roundtrip(tmp_path):
@@ -71,7 +71,7 @@ def test_newer_schema_is_refused(tmp_path):
 
 WRITER = textwrap.dedent("""
     import sys, time
-    from kernelpro.store import Store
+    from kernelpro.results.store import Store
     s = Store(sys.argv[1])
     run = s.new_run("bench", "t", {})
     i = 0

@@ -3,7 +3,7 @@
 import pytest
 
 from kernelpro.errors import TaskError
-from kernelpro.task import DEFAULT_TOLERANCE, instantiate, load_task
+from kernelpro.suites.task import DEFAULT_TOLERANCE, instantiate, load_task
 
 GOOD = '''
 import torch

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from kernelpro.timing import reset_persisting_l2, summarize, time_interleaved
+from kernelpro.harness.timing import reset_persisting_l2, summarize, time_interleaved
 
 
 def test_summarize_median_and_quartiles():
@@ -42,7 +42,7 @@ def test_l2_reset_is_skipped_without_gpu():
 
 
 def test_timer_bound_before_candidate_patches():
-    import kernelpro.timing as t
+    import kernelpro.harness.timing as t
 
     real = time.perf_counter
     try:

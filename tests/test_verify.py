@@ -10,10 +10,8 @@ from pathlib import Path
 import pytest
 
 from kernelpro.errors import KernelProError
-from kernelpro.features import load_catalog
-from kernelpro.task import load_task
-from kernelpro.toolchain import find_tool
-from kernelpro.verify import (
+from kernelpro.static.features import load_catalog
+from kernelpro.static.verify import (
     ABSENT,
     DECLARED,
     EMITTED,
@@ -24,6 +22,8 @@ from kernelpro.verify import (
     verify,
     verify_task_candidate,
 )
+from kernelpro.suites.task import load_task
+from kernelpro.toolchain import find_tool
 
 KERNELS = Path(__file__).parent / "kernels" / "static"
 pytestmark = pytest.mark.skipif(find_tool("nvcc") is None or find_tool("cuobjdump") is None,

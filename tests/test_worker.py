@@ -12,18 +12,22 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from harness_corpus import TASKS, entries, job_for, verdict_ok  # noqa: E402
 
-from kernelpro.worker import run_job, write_json_atomic  # noqa: E402
+from kernelpro.harness.job import Job  # noqa: E402
+from kernelpro.harness.worker import run_job, write_json_atomic  # noqa: E402
 
 
 def _job(tmp_path, source: str, task: str = "vector_add", **kw):
     p = tmp_path / "cand.py"
     p.write_text(textwrap.dedent(source))
-    return {"task_path": str(TASKS / f"{task}.py"), "task_suite": "harness_tests", "candidate_path": str(p),
-            "candidate_hash": "t" * 16, "device": "cpu", "trials": 1, "rep_ms": 5, "warmup_ms": 1,
-            "baselines": ["eager"], **kw}
+    return Job.from_dict({"task_path": str(TASKS / f"{task}.py"), "task_suite": "harness_tests",
+                          "candidate_path": str(p), "candidate_hash": "t" * 16, "device": "cpu", "trials": 1,
+                          "rep_ms": 5, "warmup_ms": 1, "baselines": ["eager"], **kw})
 
 
-def test_timeout_kills_whole_process_group(tmp_path):
+def test_timeout_kills_whole_process_group(tmp_path, monkeypatch):
+    # The grandchild proves it is alive by touching a file outside the job, which isolation forbids;
+    # this test is about the process group (tests/test_sandbox.py covers it under isolation).
+    monkeypatch.setenv("KERNELPRO_ISOLATION", "none")
     marker = tmp_path / "child_alive"
     src = f"""
         import subprocess, sys, torch.nn as nn
@@ -121,3 +125,21 @@ def test_gpu_honest_triton_passes_and_side_stream_is_flagged():
         assert verdict_ok(e, r), (stem, r.get("reason"), r.get("failed_checks"), r.get("detail"))
         if stem == "vector_add_triton":
             assert r["timing"]["stats"]["candidate"]["method"] == "cuda_events"
+
+
+def test_job_rejects_unknown_keys_and_bad_values(tmp_path):
+    """A misspelt option used to be dropped silently by the evaluator's config parser."""
+    import pytest
+
+    from kernelpro.errors import KernelProError
+
+    good = _job(tmp_path, "x = 1\n").to_dict()
+    assert Job.from_dict(good) == _job(tmp_path, "x = 1\n")
+    with pytest.raises(KernelProError, match="unknown key.*warmpu_ms"):
+        Job.from_dict({**good, "warmpu_ms": 3})
+    with pytest.raises(KernelProError, match="sizes='every'"):
+        Job.from_dict({**good, "sizes": "every"})
+    with pytest.raises(KernelProError, match="rival needs exactly"):
+        Job.from_dict({**good, "rivals": [{"label": "x"}]})
+    with pytest.raises(TypeError, match="run_job takes a Job"):
+        run_job(good, timeout_s=5)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kernelpro.store import Store
+from kernelpro.results.store import Store
 
 TASKS = {
     "ptxbench/gemm_bf16": ["wgmma", "tma", "mbarrier"],
@@ -109,7 +109,7 @@ def eval_payload(verdict: str, requested: list[str], speedup: float | None = Non
 
 
 def harness_payload(verdict: str, speedup: float | None) -> dict[str, Any]:
-    """An evaluation record as kernelpro.evaluate writes it (what `kernelpro bench` stores)."""
+    """An evaluation record as kernelpro.harness.evaluate writes it (what `kernelpro bench` stores)."""
     failed = {"compile_error": ["compile_error"], "wrong_output": ["wrong_output"],
               "flagged": ["reads_reference_output"]}.get(verdict, [])
     trials = [{"which": "default", "size": {"M": 4096}, "ok": verdict != "wrong_output", "max_abs": 0.0,
@@ -126,7 +126,7 @@ def harness_payload(verdict: str, speedup: float | None) -> dict[str, Any]:
 
 
 def verifier_payload(verdict: str, requested: list[str]) -> dict[str, Any]:
-    """A verification record as kernelpro.verify's VerifyReport.to_dict writes it."""
+    """A verification record as kernelpro.static.verify's VerifyReport.to_dict writes it."""
     feats = {f: "emitted" for f in requested}
     if verdict == "missing_feature":
         feats[requested[0]] = "absent"

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import re
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import KernelProError
+from kernelpro import paths
+from kernelpro.errors import KernelProError
 
 HEADER_EXT = (".h", ".hpp", ".cuh", ".inl")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -185,7 +185,7 @@ def default_index(cutlass: str | None = None) -> CodeIndex | None:
     inc = find_cutlass_include(cutlass)
     if inc is None:
         return None
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kernelpro"
+    cache = paths.cache_dir("codesearch")
     idx = CodeIndex(cache / f"cutlass-{hashlib.sha256(str(inc).encode()).hexdigest()[:12]}.db")
     idx.build([inc])
     return idx

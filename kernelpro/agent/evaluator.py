@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import math
 import os
-import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..task import Task
+from kernelpro.suites.task import Task
 
 
 @dataclass
@@ -103,7 +102,7 @@ def reward(score: float | None, ok: bool) -> float:
 # --------------------------------------------------------------------------------------------------
 
 class StaticEvaluator:
-    """Compile and statically verify a candidate for `arch` (kernelpro.verify), no execution."""
+    """Compile and statically verify a candidate for `arch` (kernelpro.static.verify), no execution."""
 
     def __init__(self, arch: str = "sm_90a", cache_dir: Path | None = None):
         self.arch, self.cache_dir = arch, cache_dir
@@ -111,12 +110,12 @@ class StaticEvaluator:
 
     def prepare(self, task: Task, candidate_path: Path) -> None:
         """Verify ahead (the search calls this concurrently for a batch); evaluate() then reuses it."""
-        from ..store import source_hash
+        from kernelpro.results.store import source_hash
 
         self._done[source_hash(Path(candidate_path).read_text())] = self._evaluate(task, candidate_path)
 
     def evaluate(self, task: Task, candidate_path: Path) -> EvalOutcome:
-        from ..store import source_hash
+        from kernelpro.results.store import source_hash
 
         h = source_hash(Path(candidate_path).read_text())
         return self._done.pop(h) if h in self._done else self._evaluate(task, candidate_path)
@@ -124,7 +123,7 @@ class StaticEvaluator:
     def _evaluate(self, task: Task, candidate_path: Path) -> EvalOutcome:
         requested = list(task.requested_features(self.arch))
         try:
-            from ..verify import verify
+            from kernelpro.static.verify import verify
         except ImportError as e:
             return EvalOutcome(False, reason=f"static verifier unavailable ({e})", stage="verify")
         try:
@@ -200,8 +199,8 @@ class HarnessEvaluator:
 
     def prepare(self, task: Task, path: Path) -> None:
         """Build (and statically verify) a candidate ahead of evaluation; safe to run concurrently."""
-        from ..store import source_hash
-        from ..worker import extension_dir
+        from kernelpro.harness.worker import extension_dir
+        from kernelpro.results.store import source_hash
 
         h = source_hash(Path(path).read_text())
         precompile(Path(path), ext_dir=extension_dir(h), timeout_s=self.timeout_s)
@@ -212,7 +211,7 @@ class HarnessEvaluator:
         if h not in self._verified:
             requested = list(task.requested_features(self.arch))
             try:
-                from ..verify import verify
+                from kernelpro.static.verify import verify
                 rep = verify(str(lazy_build_shim(path)), self.arch, requested)
                 missing = [f for f in requested if rep.features.get(f) != "emitted"]
                 self._verified[h] = (missing, "")
@@ -221,14 +220,15 @@ class HarnessEvaluator:
         return self._verified[h]
 
     def evaluate(self, task: Task, candidate_path: Path) -> EvalOutcome:
-        from ..store import source_hash
-        from ..worker import run_job
+        from kernelpro.harness.job import Job
+        from kernelpro.harness.worker import run_job
+        from kernelpro.results.store import source_hash
 
         path = Path(candidate_path).resolve()
         h = source_hash(path.read_text())
-        job = {"task_path": str(task.path), "task_suite": task.suite, "task_key": task.key,
-               "candidate_path": str(path), "candidate_hash": h, "device": self.device, "sizes": self.sizes,
-               "baselines": [self.baseline], "energy": self.energy}
+        job = Job(task_path=str(task.path), task_suite=task.suite, task_key=task.key,
+                  candidate_path=str(path), candidate_hash=h, device=self.device, sizes=self.sizes,
+                  baselines=(self.baseline,), energy=self.energy)
         try:
             rec = run_job(job, timeout_s=self.timeout_s, gpu=self.gpu)
         except Exception as e:  # noqa: BLE001 - run_job isolates candidates; this is a harness bug
@@ -251,7 +251,7 @@ class HarnessEvaluator:
         if missing:
             return False, {"static_missing": missing}
         try:
-            from ..profile.executed import candidate_evidence
+            from kernelpro.profile.executed import candidate_evidence
 
             ev = candidate_evidence(path, task, self.arch, timeout=self.timeout_s)
             return bool(ev["executed_ok"]), ev
@@ -260,7 +260,7 @@ class HarnessEvaluator:
 
     def _advice(self, task: Task, path: Path) -> str:
         try:
-            from ..profile import profile_candidate
+            from kernelpro.profile import profile_candidate
 
             return profile_candidate(path, task, mode=self.feedback, arch=self.arch, system=False).text
         except Exception as e:  # noqa: BLE001 - advice is optional; the search continues without it
@@ -318,9 +318,10 @@ def precompile(path: Path, ext_dir: Path | None = None, timeout_s: float = 900.0
     if ext_dir is not None:
         ext_dir.mkdir(parents=True, exist_ok=True)
         env["TORCH_EXTENSIONS_DIR"] = str(ext_dir)
-    try:
-        p = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
-                           timeout=timeout_s, env=env, cwd=str(Path(path).parent))
-    except subprocess.TimeoutExpired:
+    from kernelpro import sandbox
+
+    p = sandbox.run([sys.executable, "-c", code, str(path)], timeout_s=timeout_s, env=env, cwd=Path(path).parent,
+                    gpu=sandbox.NO_GPU, writable=[ext_dir] if ext_dir is not None else [])
+    if p.timed_out:
         return f"build timed out after {timeout_s:.0f}s"
-    return None if p.returncode == 0 else (p.stderr or p.stdout)[-3000:]
+    return None if p.rc == 0 else (p.stderr or p.stdout)[-3000:]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import KernelProError
+from kernelpro.errors import KernelProError
 
 
 class BudgetExhausted(Exception):

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..store import Store, source_hash
-from ..task import Task
-from .evaluator import EvalOutcome, Evaluator, objective_score, reward
-from .llm import BudgetExhausted
-from .memory import SearchMemory
+from kernelpro.agent.evaluator import EvalOutcome, Evaluator, objective_score, reward
+from kernelpro.agent.llm import BudgetExhausted
+from kernelpro.agent.memory import SearchMemory
+from kernelpro.results.store import Store, source_hash
+from kernelpro.suites.task import Task
 
 Q_MAX_WEIGHT = 0.5
 
@@ -250,8 +250,6 @@ class Search:
 
     def select(self) -> Node | None:
         if self.cfg.strategy == "greedy":
-            from .greedy import select_greedy
-
             return select_greedy(self)
         return self.select_mcts()
 
@@ -423,3 +421,15 @@ class Search:
             if self._out_of_budget():
                 break
         return False
+
+
+# Greedy baseline: always expand the best kernel found so far (hill climbing). It shares the engine,
+# persistence and budgets with MCTS (Search(strategy='greedy')), so the two are compared on exactly the
+# same node budget. When the best node has no new move left, the next best is expanded; a failed parent
+# is never refined (greedy does not repair).
+def select_greedy(search: Search) -> Node | None:
+    ranked = sorted((n for n in search.nodes.values()
+                     if (n.ok or n.origin == "reference") and not n.exhausted and n.status != "pruned"),
+                    key=lambda n: (n.score if n.score is not None else float("-inf"), -int(n.key[1:])),
+                    reverse=True)
+    return ranked[0] if ranked else None

@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..task import Task
-from .llm import LLMClient
-from .mcts import ExpandContext, Proposal
-from .prompts import PromptContext, build_messages, extract_code
+from kernelpro.agent.llm import LLMClient
+from kernelpro.agent.mcts import ExpandContext, Proposal
+from kernelpro.agent.prompts import PromptContext, build_messages, extract_code
+from kernelpro.suites.task import Task
 
 ENDPOINT_REASONS = ("endpoint unreachable", "server error", "rate limited")
 _CHANGE = re.compile(r"^\s*\**change\**\s*:\s*(.+)$", re.I | re.M)
@@ -73,7 +73,7 @@ class LLMPolicy:
                 info["reply"] = reply.text  # the model's own words: Fixit's explanation of a fix
                 return Proposal(ex.code, what=what, origin="llm", info=info)
             if ex.searches and self.index is not None and round_ < self.max_searches:
-                from .codesearch import format_snippets
+                from kernelpro.agent.codesearch import format_snippets
 
                 results = "\n".join(format_snippets(q, self.index.search(q, 4), 4000) for q in ex.searches[:3])
                 info["searches"] += ex.searches[:3]

@@ -21,10 +21,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ..errors import KernelProError
-from ..store import source_hash
-from ..task import Task
-from .mcts import ExpandContext, Proposal
+from kernelpro.agent.mcts import ExpandContext, Proposal
+from kernelpro.errors import KernelProError
+from kernelpro.results.store import source_hash
+from kernelpro.suites.task import Task
 
 # Value ladders for knobs the templates share; unknown int knobs step by x2 / /2.
 LADDERS: dict[str, list[int]] = {

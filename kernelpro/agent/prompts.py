@@ -11,7 +11,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-from ..task import Task
+from kernelpro.suites.task import Task
 
 SYSTEM = (
     "You are an expert GPU kernel engineer writing architecture-specific CUDA/PTX for NVIDIA {arch}. "

@@ -20,12 +20,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..store import Store
-from ..task import Task
-from .evaluator import EvalOutcome, Evaluator
-from .llm import BudgetExhausted, LLMClient
-from .policy_llm import ENDPOINT_REASONS
-from .prompts import PromptContext, build_messages, extract_code, missing_feature_warning
+from kernelpro.agent.evaluator import EvalOutcome, Evaluator
+from kernelpro.agent.llm import BudgetExhausted, LLMClient
+from kernelpro.agent.policy_llm import ENDPOINT_REASONS
+from kernelpro.agent.prompts import PromptContext, build_messages, extract_code, missing_feature_warning
+from kernelpro.results.store import Store
+from kernelpro.suites.task import Task
 
 # variant -> (hardware context documents, pattern documents)
 VARIANTS: dict[str, tuple[bool, bool]] = {"base": (False, False), "hwdocs": (True, False),

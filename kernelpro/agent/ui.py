@@ -10,7 +10,7 @@ from rich.live import Live
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from .mcts import Node, Search, SearchResult
+    from kernelpro.agent.mcts import Node, Search, SearchResult
 
 
 def _fmt(x: float | None, unit: str = "x") -> str:

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import KernelProError
-from .advice import MODES, Finding, format_for_prompt, sort_findings
+from kernelpro.errors import KernelProError
+from kernelpro.profile.advice import MODES, Finding, format_for_prompt, sort_findings
 
 __all__ = ["Analysis", "ProfileResult", "analyze", "profile_candidate", "format_for_prompt", "add_arguments", "main"]
 
@@ -49,8 +49,8 @@ def analyze(profiles: list[Any], *, ceilings: Any = None, arch: str = "sm_90a", 
     task_flops: FLOPs of everything profiled (the task's per-call FLOPs x calls); split over launches by
     duration, used only where ncu's FP counters show less (tensor-core work).
     """
-    from .roofline import H200, classify
-    from .tools.registry import Context, load_all
+    from kernelpro.profile.roofline import H200, classify
+    from kernelpro.profile.tools.registry import Context, load_all
 
     tools = load_all()
     ceilings = ceilings or H200
@@ -112,9 +112,9 @@ def profile_candidate(candidate: str | Path, task: Any, size: str | dict[str, An
                       arch: str | None = None, calls: int = 3, timeout: float = 600, system: bool = True,
                       export: Path | None = None, max_kernels: int = 64) -> ProfileResult:
     """Profile a Python candidate (ModelNew) for `task` on the local GPU and return its advice."""
-    from ..toolchain import gpus, no_gpu_reason
-    from .collect import candidate_target, run_ncu
-    from .system import system_view
+    from kernelpro.profile.collect import candidate_target, run_ncu
+    from kernelpro.profile.system import system_view
+    from kernelpro.toolchain import gpus, no_gpu_reason
 
     if mode not in MODES:
         raise KernelProError(f"--mode must be one of {', '.join(MODES)}")
@@ -140,8 +140,8 @@ def profile_binary(source: Path, arch: str = "sm_90a", mode: str = "advice", tim
                    requested: tuple[str, ...] = (), dtype: str | None = None, launch_count: int = 1,
                    export: Path | None = None) -> ProfileResult:
     """Profile a standalone .cu driver (main() launches its kernel twice; the first launch is skipped)."""
-    from .collect import Target, build_cu, run_ncu
-    from .tools.spills import parse_ptxas_verbose
+    from kernelpro.profile.collect import Target, build_cu, run_ncu
+    from kernelpro.profile.tools.spills import parse_ptxas_verbose
 
     with tempfile.TemporaryDirectory() as tmp:
         exe, ptxas_log = build_cu(source, Path(tmp), arch)
@@ -185,8 +185,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from ..store import Store
-    from ..task import find_task
+    from kernelpro.results.store import Store
+    from kernelpro.suites.task import find_task
 
     cand = Path(args.candidate)
     if not cand.is_file():

@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import KernelProError
+from kernelpro import sandbox
+from kernelpro.errors import KernelProError
 
 # Sections that hold what the tools read (SOL, memory tables, occupancy, launch stats, warp states,
 # instruction mix). Explicit metrics below fill the gaps; unknown names are dropped and retried.
@@ -305,6 +306,7 @@ class Target:
     from_start: bool = True              # False: profile only between cudaProfilerStart/Stop
     env: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None
+    writable: list[str] = field(default_factory=list)   # folders the profiled process may write
 
 
 def ncu_command(ncu: Path, target: Target, export: Path, metrics: list[str], sections: list[str]) -> list[str]:
@@ -334,7 +336,7 @@ def run_ncu(target: Target, export: Path, metrics: list[str] | tuple[str, ...] =
             ncu: Path | None = None) -> tuple[list[KernelProfile], dict[str, Any]]:
     """Profile `target`; returns (profiles, info). Metric or section names this ncu does not know are
     dropped (and listed in info['dropped']) rather than failing the whole profile."""
-    from ..toolchain import require_tool
+    from kernelpro.toolchain import require_tool
 
     ncu = ncu or require_tool("ncu")
     metrics, sections = list(metrics), list(sections)
@@ -342,12 +344,11 @@ def run_ncu(target: Target, export: Path, metrics: list[str] | tuple[str, ...] =
     log = ""
     for _ in range(8):
         cmd = ncu_command(ncu, target, export, metrics, sections)
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                               env={**os.environ, **target.env}, cwd=target.cwd)
-        except subprocess.TimeoutExpired:
+        r = sandbox.run(cmd, timeout_s=timeout, env={**os.environ, **target.env}, cwd=target.cwd,
+                        writable=[export.parent, *target.writable], counters=True)
+        if r.timed_out:
             raise KernelProError(f"ncu did not finish within {timeout:.0f} s; the candidate may hang "
-                                 "(raise --timeout, or lower --calls)") from None
+                                 "(raise --timeout, or lower --calls)")
         log = r.stdout[-4000:] + r.stderr[-4000:]
         if export.is_file() and "==ERROR==" not in log.replace("==ERROR== The application returned an error", ""):
             break
@@ -362,12 +363,9 @@ def run_ncu(target: Target, export: Path, metrics: list[str] | tuple[str, ...] =
         # Last resort: the sections alone (they carry most of what the tools read).
         dropped.append("ALL explicit metrics")
         cmd = ncu_command(ncu, target, export, [], sections)
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                               env={**os.environ, **target.env}, cwd=target.cwd)
-            log = r.stdout[-4000:] + r.stderr[-4000:]
-        except subprocess.TimeoutExpired:
-            pass
+        r = sandbox.run(cmd, timeout_s=timeout, env={**os.environ, **target.env}, cwd=target.cwd,
+                        writable=[export.parent, *target.writable], counters=True)
+        log = r.stdout[-4000:] + r.stderr[-4000:]
     if not export.is_file():
         tail = " | ".join(ln for ln in log.splitlines() if "ERROR" in ln or "error" in ln)[-400:]
         raise KernelProError(f"ncu produced no report ({tail or 'no kernel matched'}); check the candidate runs "
@@ -388,19 +386,21 @@ def candidate_target(candidate: Path, task_path: Path, size: dict[str, Any], cal
     root = str(Path(__file__).parents[2])
     env = {"PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     try:
-        from ..store import source_hash
-        from ..worker import extension_dir
+        from kernelpro.harness.worker import extension_dir
+        from kernelpro.results.store import source_hash
 
         # The harness worker's compile cache for this exact source: no rebuild under the profiler.
-        env["TORCH_EXTENSIONS_DIR"] = str(extension_dir(source_hash(Path(candidate).read_text())))
+        ext = extension_dir(source_hash(Path(candidate).read_text()))
     except OSError:
-        pass
-    return Target(argv=argv, from_start=False, launch_count=max_kernels, env=env)
+        return Target(argv=argv, from_start=False, launch_count=max_kernels, env=env)
+    env["TORCH_EXTENSIONS_DIR"] = str(ext)
+    env["TRITON_CACHE_DIR"] = str(ext / "triton")
+    return Target(argv=argv, from_start=False, launch_count=max_kernels, env=env, writable=[str(ext)])
 
 
 def build_cu(source: Path, out_dir: Path, arch: str = "sm_90a") -> tuple[Path, str]:
     """Compile a standalone .cu driver (with `// nvcc-flags: ...` honoured); (executable, ptxas -v log)."""
-    from ..toolchain import require_tool
+    from kernelpro.toolchain import require_tool
 
     nvcc = require_tool("nvcc")
     flags = []
@@ -422,7 +422,7 @@ def _drive(candidate: str, task_path: str, size_json: str, calls: str) -> None:
     """Child process: build the task's inputs and ModelNew, warm up, then profile `calls` calls."""
     import torch
 
-    from ..task import import_module_from, instantiate, load_task
+    from kernelpro.suites.task import import_module_from, instantiate, load_task
 
     task = load_task(task_path)
     size = json.loads(size_json)

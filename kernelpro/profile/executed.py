@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .collect import KernelProfile, Target, candidate_target, run_ncu
+from kernelpro.profile.collect import KernelProfile, Target, candidate_target, run_ncu
 
 OPCODE_METRIC = "sass__inst_executed_per_opcode"
 
@@ -20,7 +20,7 @@ OPCODE_METRIC = "sass__inst_executed_per_opcode"
 # static and executed legs of correct_with_arch share one definition. ncu counts base opcodes only, so
 # patterns refined by operands (PRMT 0x654 for `mapa`) cannot be evidence here and are left out.
 def sass_families(feature: str, arch: str = "sm_90a") -> tuple[str, ...]:
-    from ..features import catalog_arch, load_catalog
+    from kernelpro.static.features import catalog_arch, load_catalog
 
     f = load_catalog().feature(catalog_arch(arch), feature)
     return tuple(sorted({p.prefix[0] for p in f.sass if p.operand is None}))
@@ -44,7 +44,7 @@ def _same_family(op: str, fam: str) -> bool:
     return base == fam or base.startswith(fam + "_") or fam.startswith(base + "_")
 
 
-def _family_count(counts: dict[str, float], families: tuple[str, ...]) -> float:
+def family_count(counts: dict[str, float], families: tuple[str, ...]) -> float:
     return sum(v for op, v in counts.items() if any(_same_family(op, f) for f in families))
 
 
@@ -68,7 +68,7 @@ def feature_evidence(profiles: list[KernelProfile], features: list[str] | tuple[
         fam = sass_families(f, arch)
         total, kernels = 0.0, []
         for p in profiles:
-            n = _family_count(opcode_counts(p), fam)
+            n = family_count(opcode_counts(p), fam)
             if n > 0:
                 total += n
                 kernels.append(p.name)
@@ -84,7 +84,7 @@ def executed_ok(profiles: list[KernelProfile], features: list[str] | tuple[str, 
     if features:
         return all(e.ok for e in feature_evidence(profiles, features, arch).values())
     fam = ARCH_FAMILIES.get(arch, ())
-    return any(_family_count(opcode_counts(p), fam) > 0 for p in profiles)
+    return any(family_count(opcode_counts(p), fam) > 0 for p in profiles)
 
 
 def executed_opcodes(target: Target, export: Path | None = None, timeout: float = 600) -> tuple[list[KernelProfile], dict[str, dict[str, float]]]:

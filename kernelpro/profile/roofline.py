@@ -18,18 +18,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .collect import KernelProfile
+from kernelpro.hardware import MEASURED
+from kernelpro.profile.collect import KernelProfile
 
 TENSOR_OPCODES = ("HGMMA", "QGMMA", "IGMMA", "HMMA", "IMMA", "QMMA", "UTCHMMA", "UTCQMMA", "UTCMMA")
 
 
 @dataclass(frozen=True)
 class Ceilings:
-    name: str = "H200 (measured)"
-    bf16_tensor_tflops: float = 780.0
-    fp32_tflops: float = 60.0
-    copy_tbps: float = 4.2
-    sms: int = 132
+    """The roofline's view of `kernelpro.hardware.MEASURED`, in the units the advice prints."""
+    name: str = MEASURED.name
+    bf16_tensor_tflops: float = MEASURED.tensor_flops["bf16"] / 1e12
+    fp32_tflops: float = MEASURED.fp32_flops / 1e12
+    copy_tbps: float = MEASURED.bandwidth / 1e12
+    sms: int = MEASURED.sms
 
 
 H200 = Ceilings()

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import KernelProError
+from kernelpro import sandbox
+from kernelpro.errors import KernelProError
 
 SYNC_NAMES = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cuStreamSynchronize",
               "cuCtxSynchronize")
@@ -61,7 +62,7 @@ def _child(candidate: str, task_path: str, size_json: str, calls: str) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from ..task import import_module_from, instantiate, load_task
+    from kernelpro.suites.task import import_module_from, instantiate, load_task
 
     task = load_task(task_path)
     mod, _ref, inputs = instantiate(task, json.loads(size_json), device="cuda", seed=0)
@@ -93,12 +94,12 @@ def _child(candidate: str, task_path: str, size_json: str, calls: str) -> None:
 def system_view(candidate: Path, task_path: Path, size: dict[str, Any], calls: int = 5, timeout: float = 300) -> SystemView:
     root = str(Path(__file__).parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    try:
-        r = subprocess.run([sys.executable, "-m", "kernelpro.profile.system", str(candidate), str(task_path),
-                            json.dumps(size), str(calls)], capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        raise KernelProError(f"the PyTorch-profiler pass did not finish in {timeout:.0f} s (candidate hangs?)") from None
-    if r.returncode != 0:
+    with tempfile.TemporaryDirectory(prefix="kp-system-") as tmp:
+        r = sandbox.run([sys.executable, "-m", "kernelpro.profile.system", str(candidate), str(task_path),
+                         json.dumps(size), str(calls)], timeout_s=timeout, env=env, cwd=tmp, writable=[Path(tmp)])
+    if r.timed_out:
+        raise KernelProError(f"the PyTorch-profiler pass did not finish in {timeout:.0f} s (candidate hangs?)")
+    if r.rc != 0:
         last = (r.stderr.strip().splitlines() or ["?"])[-1]
         raise KernelProError(f"the candidate failed under the PyTorch profiler: {last}")
     d = json.loads(r.stdout.strip().splitlines()[-1])

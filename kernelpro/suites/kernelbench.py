@@ -21,8 +21,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from ..errors import TaskError
-from ..task import Task, load_task
+from kernelpro.errors import TaskError
+from kernelpro.suites.task import Task, load_task
 
 LEVELS = (1, 2, 3, 4)
 

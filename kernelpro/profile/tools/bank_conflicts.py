@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..advice import Finding
-from .registry import Context, tool
+from kernelpro.profile.advice import Finding
+from kernelpro.profile.tools.registry import Context, tool
 
 
 @tool("bank_conflicts")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..advice import Finding
-from .registry import Context, tool
+from kernelpro.profile.advice import Finding
+from kernelpro.profile.tools.registry import Context, tool
 
 LIMITS = {
     "launch__occupancy_limit_registers": ("registers", "use fewer registers per thread (__launch_bounds__, fewer live values)"),

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..advice import Finding
-from ..collect import KernelProfile
-from ..roofline import Ceilings, Roofline
+from kernelpro.profile.advice import Finding
+from kernelpro.profile.collect import KernelProfile
+from kernelpro.profile.roofline import Ceilings, Roofline
 
 TOOLS: dict[str, Callable[[Context], list[Finding]]] = {}
 
@@ -40,7 +40,7 @@ def tool(name: str) -> Callable[[Callable[[Context], list[Finding]]], Callable[[
 
 
 def load_all() -> dict[str, Callable[[Context], list[Finding]]]:
-    from .. import tools as pkg
+    from kernelpro.profile import tools as pkg
 
     for m in pkgutil.iter_modules(pkg.__path__):
         if m.name != "registry":

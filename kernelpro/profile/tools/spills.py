@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..advice import Finding
-from .registry import Context, tool
+from kernelpro.profile.advice import Finding
+from kernelpro.profile.tools.registry import Context, tool
 
 
 def parse_ptxas_verbose(text: str) -> dict[str, dict[str, Any]]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from ..advice import Finding
-from .registry import Context, tool
+from kernelpro.profile.advice import Finding
+from kernelpro.profile.tools.registry import Context, tool
 
 
 @tool("tail_effect")

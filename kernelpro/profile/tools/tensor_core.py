@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 
-from ..advice import Finding
-from ..executed import opcode_counts
-from .registry import Context, tool
+from kernelpro.profile.advice import Finding
+from kernelpro.profile.executed import opcode_counts
+from kernelpro.profile.tools.registry import Context, tool
 
 MATRIX_NAME = re.compile(r"gemm|matmul|mma|conv|attn|attention|bmm|linear", re.I)
 MATRIX_FEATURES = {"wgmma", "fp8_wgmma", "mma_sync", "tcgen05_mma"}

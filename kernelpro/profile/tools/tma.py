@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..advice import Finding
-from ..executed import _family_count, opcode_counts, sass_families
-from .registry import Context, tool
+from kernelpro.profile.advice import Finding
+from kernelpro.profile.executed import family_count, opcode_counts, sass_families
+from kernelpro.profile.tools.registry import Context, tool
 
 COPY_FEATURES = ("tma", "bulk_copy", "cp_async")
 ACTIONS = {
@@ -27,7 +27,7 @@ def tma(ctx: Context) -> list[Finding]:
     ldg = sum(v for op, v in ops.items() if op.split(".")[0] in ("LDG", "LD"))
     for f in wanted:
         fam = sass_families(f, ctx.arch)
-        n = _family_count(ops, fam)
+        n = family_count(ops, fam)
         if n > 0:
             continue
         out.append(Finding(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from ..advice import Finding
-from .registry import Context, tool
+from kernelpro.profile.advice import Finding
+from kernelpro.profile.tools.registry import Context, tool
 
 STALL = re.compile(r"^smsp__average_warps_issue_stalled_([a-z_]+)_per_issue_active\.ratio$")
 ADVICE = {

@@ -1,0 +1,151 @@
+"""GPU acceptance run for the evaluation harness (issues 4 and 12), on one GPU.
+
+    export PYTHONPATH=$PWD; python3 docs/measurements/recipes/gpu_harness.py [--lanes 8] [--skip-corpus] [--skip-timing] [--only triton]
+
+1. measured ceilings: device-to-device copy bandwidth and bf16 matmul rate (8192^3), through kernelpro.harness.timing;
+2. the adversarial + honest corpus (tests/candidates) through isolated workers, several at once on the GPU:
+   a table of exploit, expected verdict, verdict, ok?;
+3. timing: the same kernel timed twice agrees within 2% (median); torch.matmul timed by kernelpro.harness.timing vs
+   triton.testing.do_bench (median) within 3%.
+Prints figures to stdout and writes them as JSON to $OUT/harness.json when $OUT is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+def ceilings() -> dict:
+    import torch
+
+    from kernelpro.harness.timing import time_one
+
+    n = 1 << 30  # 1 GiB copy: read + write
+    src = torch.empty(n, dtype=torch.uint8, device="cuda").random_(0, 255)
+    dst = torch.empty_like(src)
+    t = time_one(lambda: dst.copy_(src), "cuda", rep_ms=300)
+    bw = 2 * n / (t.median_ms / 1e3)
+    src = dst = None  # free 2 GiB before the matmul
+    m = 8192
+    a = torch.randn(m, m, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(m, m, device="cuda", dtype=torch.bfloat16)
+    t2 = time_one(lambda: a @ b, "cuda", rep_ms=300)
+    rate = 2 * m**3 / (t2.median_ms / 1e3)
+    return {"copy_bytes_per_s": bw, "copy_median_ms": t.median_ms, "bf16_flops_per_s": rate,
+            "bf16_median_ms": t2.median_ms}
+
+
+def corpus(lanes: int, only: list[str] | None = None) -> list[dict]:
+    from harness_corpus import entries, job_for, verdict_ok
+
+    from kernelpro.harness.pool import run_jobs
+
+    ents = [e for e in entries() if e.device in ("any", "gpu") and (not only or any(o in e.name for o in only))]
+    jobs = []
+    for e in ents:
+        hang = e.expect == "timeout"
+        jobs.append(job_for(e, "cuda", trials=2, rep_ms=50, warmup_ms=10, baselines=["eager"],
+                            timeout_s=25 if hang else 150))
+    rows: list[dict | None] = [None] * len(ents)
+    t0 = time.time()
+
+    def done(i: int, r: dict) -> None:
+        e = ents[i]
+        rows[i] = {"candidate": e.name, "task": e.task, "expected": e.expect, "verdict": r.get("reason") or "passed",
+                   "failed_checks": r.get("failed_checks", []), "ok": verdict_ok(e, r),
+                   "detail": (r.get("detail") or "")[:160], "wall_s": round(r.get("worker", {}).get("wall_s", 0), 1),
+                   "timing": (r.get("timing") or {}).get("stats", {}).get("candidate", {}).get("median_ms"),
+                   "floor_ms": (r.get("work") or {}).get("floor_ms")}
+        print(f"[{time.time() - t0:6.1f}s] {e.name:45s} expect {e.expect:22s} got {rows[i]['verdict']:22s} "
+              f"{'OK' if rows[i]['ok'] else 'WRONG'} {rows[i]['failed_checks']}", flush=True)
+        if not rows[i]["ok"]:
+            print("      detail:", r.get("detail"), "| log:", (r.get("worker", {}).get("log_tail") or "")[-600:],
+                  r.get("evaluator_traceback", "")[-600:], flush=True)
+
+    run_jobs(jobs, gpus=[0], timeout_s=150, on_result=done, cache_dir="/tmp/kp-cache", per_gpu=lanes)
+    return [r for r in rows if r]
+
+
+def timing_checks() -> dict:
+    import torch
+    import triton.testing
+
+    from kernelpro.harness.timing import time_interleaved, time_one
+
+    out = {}
+    m = 4096
+    a = torch.randn(m, m, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(m, m, device="cuda", dtype=torch.bfloat16)
+    mm = lambda: torch.matmul(a, b)  # noqa: E731
+    t1 = time_one(mm, "cuda", warmup_ms=200, rep_ms=300)
+    t2 = time_one(mm, "cuda", warmup_ms=200, rep_ms=300)
+    out["matmul_twice_ms"] = [t1.median_ms, t2.median_ms]
+    out["matmul_twice_diff_pct"] = 100 * abs(t1.median_ms - t2.median_ms) / t1.median_ms
+    x = torch.randn(1 << 26, device="cuda")
+    y = torch.randn(1 << 26, device="cuda")
+    add = lambda: x + y  # noqa: E731
+    s1 = time_one(add, "cuda", warmup_ms=200, rep_ms=300)
+    s2 = time_one(add, "cuda", warmup_ms=200, rep_ms=300)
+    out["add64M_twice_ms"] = [s1.median_ms, s2.median_ms]
+    out["add64M_twice_diff_pct"] = 100 * abs(s1.median_ms - s2.median_ms) / s1.median_ms
+    db = triton.testing.do_bench(mm, warmup=25, rep=300, return_mode="median")
+    out["matmul_kernelpro_ms"] = t1.median_ms
+    out["matmul_do_bench_ms"] = db
+    out["matmul_vs_do_bench_diff_pct"] = 100 * abs(t1.median_ms - db) / db
+    inter, _ = time_interleaved({"a": mm, "b": mm}, "cuda", rep_ms=300)
+    out["interleaved_same_fn_diff_pct"] = 100 * abs(inter["a"].median_ms - inter["b"].median_ms) / inter["a"].median_ms
+    out["matmul_iqr_ms"] = t1.iqr_ms
+    out["matmul_tflops"] = 2 * m**3 / (t1.median_ms / 1e3) / 1e12
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lanes", type=int, default=8)
+    ap.add_argument("--skip-corpus", action="store_true")
+    ap.add_argument("--skip-timing", action="store_true")
+    ap.add_argument("--only", action="append", metavar="SUBSTR", help="only corpus entries whose name contains this")
+    args = ap.parse_args()
+    import torch
+
+    info = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    print("device:", info, flush=True)
+    res: dict = {"info": info}
+    out = os.environ.get("OUT")
+    if not args.skip_timing:
+        res["timing"] = timing_checks()
+        print("timing:", json.dumps(res["timing"]), flush=True)
+        res["ceilings"] = ceilings()
+        print("ceilings:", json.dumps(res["ceilings"]), flush=True)
+        torch.cuda.empty_cache()
+        if out:
+            Path(out, "harness.json").write_text(json.dumps(res, indent=1, default=str))
+    if not args.skip_corpus:
+        res["corpus"] = corpus(args.lanes, args.only)
+    if "corpus" in res:
+        print(f"\n{'candidate':45s} {'expected':22s} {'verdict':22s} ok?")
+        for r in res["corpus"]:
+            print(f"{r['candidate']:45s} {r['expected']:22s} {r['verdict']:22s} {'yes' if r['ok'] else 'NO'}")
+        n_ok = sum(r["ok"] for r in res["corpus"])
+        print(f"corpus: {n_ok}/{len(res['corpus'])} verdicts right")
+    if "timing" in res:
+        t = res["timing"]
+        print(f"same kernel twice: matmul {t['matmul_twice_diff_pct']:.2f}% (<2%: {t['matmul_twice_diff_pct'] < 2}), "
+              f"add64M {t['add64M_twice_diff_pct']:.2f}% (<2%: {t['add64M_twice_diff_pct'] < 2}); "
+              f"vs do_bench {t['matmul_vs_do_bench_diff_pct']:.2f}% (<3%: {t['matmul_vs_do_bench_diff_pct'] < 3})")
+    if out:
+        Path(out, "harness.json").write_text(json.dumps(res, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,443 @@
+"""`kernelpro bench`: evaluate a suite's candidates (static verification, correctness, anti-gaming checks,
+timing vs baselines, energy) and record everything in the run store.
+
+    kernelpro bench ptxbench --solutions reference
+    kernelpro bench SUITE_OR_TASK --solutions DIR [--task NAME ...] [--sizes shown|heldout|all]
+        [--arch sm_90a] [--baselines eager,compile,vendor] [--graphs] [--sanitizer memcheck|racecheck]
+        [--energy] [--timeout S] [--resume RUN_ID] [--json] [--gpus N] [--device auto|cuda|cpu] [--ray]
+
+Without a GPU it still compiles and statically verifies every CUDA candidate for each --arch and says in
+one line what it skipped. Each candidate's records are committed as soon as they exist, so an
+interrupted run continues with `--resume RUN_ID`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from kernelpro.errors import KernelProError
+from kernelpro.harness.job import Job
+
+BASELINES = ("eager", "compile", "vendor")
+STATIC_ARCHS = ("sm_90a", "sm_100a")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("suite", help="suite name (ptxbench), a folder of task files, a task file, or suite/task")
+    p.add_argument("--solutions", default="reference",
+                   help="'reference' (the suite's reference/<task>.py) or a folder holding <task>.py per task")
+    p.add_argument("--protocol", choices=("ptxbench",),
+                   help="run PTXBench's multi-turn refinement protocol against an LLM endpoint instead; a suite "
+                        "name means its headline tasks; takes `kernelpro optimize`'s protocol and endpoint flags")
+    p.add_argument("--path", help="a KernelBench checkout, with `kernelbench` as the suite")
+    p.add_argument("--level", type=int, help="only this KernelBench level")
+    p.add_argument("--task", action="append", default=[], metavar="NAME", help="only this task (repeatable)")
+    p.add_argument("--sizes", choices=("shown", "heldout", "all"), default="all",
+                   help="which declared sizes the correctness checks use (default all)")
+    p.add_argument("--arch", action="append", default=[], metavar="ARCH",
+                   help="static-verification target(s) (default sm_90a and sm_100a)")
+    p.add_argument("--baselines", default="eager,compile,vendor",
+                   help="comma list of eager, compile, vendor (default all three)")
+    p.add_argument("--graphs", action="store_true", help="time CUDA-graph replays (launch-bound problems)")
+    p.add_argument("--sanitizer", choices=("memcheck", "racecheck"),
+                   help="also run each candidate's correctness pass under compute-sanitizer")
+    p.add_argument("--energy", action="store_true", help="joules per call from NVML (>= 1 s windows)")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="wall-clock limit per candidate (s)")
+    p.add_argument("--trials", type=int, default=3, help="fresh random seeds per size (default 3)")
+    p.add_argument("--resume", type=int, metavar="RUN_ID", help="continue an interrupted bench run")
+    p.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
+    p.add_argument("--gpus", type=int, metavar="N", help="use the first N visible GPUs (default all)")
+    p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
+                   help="where correctness/timing run: auto = the GPU if there is one, else static checks "
+                        "only; cpu = run pure-PyTorch candidates on the CPU (no GPU evidence)")
+    p.add_argument("--ray", action="store_true", help="spread candidates over a Ray cluster (multi-host)")
+    p.add_argument("--executed", choices=("auto", "on", "off"), default="auto",
+                   help="PTXBench's correct_with_arch: run ncu on each correct candidate of a task that requests "
+                        "features and count the requested SASS families executed (auto = on when a GPU and ncu "
+                        "are there)")
+
+
+def _resolve_tasks(spec: str, names: list[str], kb_path: str | None = None,
+                   level: int | None = None) -> tuple[str, list[Any]]:
+    from kernelpro.suites.task import find_task, load_suite
+
+    p = Path(spec)
+    if spec == "kernelbench":
+        from kernelpro.suites.kernelbench import load_kernelbench
+
+        tasks = load_kernelbench(kb_path, level=level)
+    elif p.suffix == ".py" and p.is_file():
+        tasks = [find_task(spec)]
+    elif p.is_dir() or "/" not in spec:
+        tasks = load_suite(spec)
+    else:
+        tasks = [find_task(spec)]
+    suite = tasks[0].suite if tasks else spec
+    if names:
+        known = {t.name for t in tasks}
+        missing = [n for n in names if n not in known]
+        if missing:
+            raise KernelProError(f"no task(s) {missing} in {spec}; list them with `kernelpro tasks {spec}`")
+        tasks = [t for t in tasks if t.name in names]
+    if not tasks:
+        raise KernelProError(f"{spec} has no tasks; pass a suite name, a folder of task files or a task file")
+    return suite, tasks
+
+
+def _solution_path(task: Any, solutions: str) -> Path | None:
+    if task.suite == "kernelbench":
+        if solutions == "reference":
+            raise KernelProError("KernelBench ships no reference solutions; pass --solutions DIR")
+        from kernelpro.suites.kernelbench import find_solution
+
+        if not Path(solutions).is_dir():
+            raise KernelProError(f"--solutions {solutions}: not a folder of KernelBench solutions")
+        return find_solution(task, solutions)
+    if solutions == "reference":
+        base = task.path.parent.parent / "reference"
+    else:
+        base = Path(solutions)
+        if not base.is_dir():
+            raise KernelProError(f"--solutions {solutions}: not a folder; pass 'reference' or a folder of <task>.py files")
+    for ext in (".py", ".cu", ".ptx"):
+        p = base / f"{task.name}{ext}"
+        if p.is_file():
+            return p
+    return None
+
+
+def _verify(task: Any, path: Path, arch: str) -> tuple[bool | None, dict[str, Any]]:
+    """(features ok, payload) from the static verifier; None when it cannot judge this candidate."""
+    try:
+        from kernelpro.static import verify as _v
+    except ImportError as e:
+        return None, {"error": f"static verifier unavailable ({e})"}
+    try:
+        rep = _v.verify_task_candidate(task, path, arch)
+    except KernelProError as e:
+        return (None if not task.requested_features(arch) else False), {"error": str(e), "arch": arch}
+    return bool(rep.passed), rep.to_dict()
+
+
+def _job(task: Any, cand: Any, args: argparse.Namespace, device: str, baselines: list[str]) -> Job:
+    return Job(task_path=str(task.path), task_suite=task.suite, task_key=task.key,
+               candidate_path=str(cand.path), candidate_hash=cand.hash, device=device,
+               sizes=args.sizes, trials=args.trials, baselines=tuple(baselines), graphs=args.graphs,
+               energy=args.energy, timeout_s=args.timeout, check_only=False)
+
+
+def main(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from kernelpro.results.store import Store
+    from kernelpro.suites.candidate import load_candidate
+    from kernelpro.toolchain import gpus, no_gpu_reason
+
+    # Logs and pipes get a table wide enough to read, not rich's 80-column default.
+    console = Console(stderr=args.json, width=None if sys.stdout.isatty() else 160)
+    store = Store(args.db)
+    baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
+    bad = [b for b in baselines if b not in BASELINES]
+    if bad:
+        raise KernelProError(f"--baselines: unknown {bad}; choose from {', '.join(BASELINES)}")
+    archs = args.arch or list(STATIC_ARCHS)
+    if args.resume:
+        run = store.get_run(args.resume)
+        if run["kind"] != "bench":
+            raise KernelProError(f"run {args.resume} is a {run['kind']} run, not a bench run")
+        cfg = run["config"]
+        for k in ("suite", "path", "level", "solutions", "task", "sizes", "baselines", "graphs", "energy", "timeout", "trials",
+                  "device", "sanitizer", "executed"):
+            if k in cfg:
+                setattr(args, k, cfg[k])
+        archs = cfg.get("archs", archs)
+        baselines = cfg.get("baseline_list", baselines)
+    suite, tasks = _resolve_tasks(args.suite, args.task, args.path, args.level)
+
+    # where correctness and timing can run
+    device = args.device
+    visible = list(gpus())
+    skipped_line = None
+    if device == "auto":
+        device = "cuda" if visible else "none"
+    if device == "cuda" and not visible:
+        raise KernelProError(f"--device cuda: {no_gpu_reason()}; drop --device to verify statically only")
+    if device == "none":
+        skipped_line = (f"no GPU ({no_gpu_reason()}): compiled and verified statically for {', '.join(archs)}; "
+                        "skipped correctness, anti-gaming checks, timing and energy (use --device cpu to run "
+                        "pure-PyTorch candidates on the CPU)")
+    gpu_ids: list[int | None] = [g.index for g in visible][: args.gpus] if device == "cuda" else [None]
+    run_arch = visible[0].arch if device == "cuda" and visible else None
+
+    if args.resume:
+        run_id = args.resume
+        store.set_run_status(run_id, "running")
+    else:
+        run_id = store.new_run("bench", suite, {
+            "suite": args.suite, "path": args.path, "level": args.level, "solutions": args.solutions, "task": args.task, "sizes": args.sizes,
+            "baselines": args.baselines, "baseline_list": baselines, "graphs": args.graphs, "energy": args.energy,
+            "timeout": args.timeout, "trials": args.trials, "device": args.device, "sanitizer": args.sanitizer,
+            "executed": args.executed, "archs": archs})
+    done = store.finished_tasks(run_id, "evaluations" if device != "none" else "verifications")
+
+    notes: list[str] = []
+    jobs: list[Job] = []
+    job_cids: list[int] = []
+    rows: dict[str, dict[str, Any]] = {}
+    status = "interrupted"
+    try:
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                      TimeElapsedColumn(), console=console, transient=True) as progress:
+            bar = progress.add_task("verify", total=len(tasks))
+            # nvcc dominates static verification and runs as a subprocess, so verify every
+            # (candidate, arch) pair concurrently before the loop records them in order.
+            pending = []
+            for task in tasks:
+                path = _solution_path(task, args.solutions)
+                if path is not None and task.key not in done:
+                    pending += [(task.key, arch, task, path) for arch in archs]
+            with ThreadPoolExecutor(max_workers=max(1, min(len(pending), os.cpu_count() or 1))) as ex:
+                verified = dict(zip([(k, a) for k, a, _, _ in pending],
+                                    ex.map(lambda x: _verify(x[2], x[3], x[1]), pending), strict=True))
+            for task in tasks:
+                progress.update(bar, description=f"verify {task.name}")
+                path = _solution_path(task, args.solutions)
+                if path is None:
+                    notes.append(f"{task.name}: skipped, no solution file in "
+                                 f"{'the suite reference folder' if args.solutions == 'reference' else args.solutions}")
+                    progress.advance(bar)
+                    continue
+                cand = load_candidate(path)
+                cid = store.add_candidate(run_id, task.key, cand.source, cand.kind,
+                                          "reference" if args.solutions == "reference" else "user",
+                                          info={"path": str(path)})
+                rows[task.key] = {"task": task, "cid": cid, "cand": cand}
+                if task.key in done:
+                    progress.advance(bar)
+                    continue
+                if not store.results("verifications", cid):
+                    for arch in archs:
+                        ok, payload = verified.get((task.key, arch)) or _verify(task, path, arch)
+                        store.record("verifications", cid, bool(ok), {**payload, "features_ok": ok}, arch=arch)
+                if device != "none" and cand.kind == "py" and not store.results("evaluations", cid):
+                    jobs.append(_job(task, cand, args, device, baselines))
+                    job_cids.append(cid)
+                elif device != "none" and cand.kind != "py":
+                    notes.append(f"{task.name}: raw .{cand.kind} candidate, verified statically only (no ModelNew to run)")
+                progress.advance(bar)
+            if jobs:
+                ebar = progress.add_task("evaluate", total=len(jobs))
+
+                def on_result(i: int, r: dict[str, Any]) -> None:
+                    store.record("evaluations", job_cids[i], bool(r.get("ok")), r, arch=run_arch or device)
+                    progress.update(ebar, description=f"evaluate {jobs[i].task_key}: {r.get('reason') or 'ok'}")
+                    progress.advance(ebar)
+
+                if args.ray:
+                    from kernelpro.harness.pool import run_jobs_ray
+
+                    run_jobs_ray(jobs, timeout_s=args.timeout, on_result=on_result)
+                else:
+                    from kernelpro.harness.pool import run_jobs
+
+                    run_jobs(jobs, gpus=gpu_ids, timeout_s=args.timeout, on_result=on_result)
+                    if args.sanitizer and device == "cuda":
+                        san_jobs = [dataclasses.replace(j, check_only=True, timing=False) for j in jobs]
+
+                        def on_san(i: int, r: dict[str, Any]) -> None:
+                            store.record("evaluations", job_cids[i], bool(r.get("ok")),
+                                         {**r, "mode": f"sanitizer:{args.sanitizer}"}, arch=f"sanitizer:{args.sanitizer}")
+
+                        run_jobs(san_jobs, gpus=gpu_ids, timeout_s=args.timeout * 4, on_result=on_san,
+                                 sanitizer=args.sanitizer)
+            if device == "cuda" and run_arch:
+                _executed_leg(store, rows, run_arch, args, notes, progress)
+        status = "done"
+    finally:
+        store.set_run_status(run_id, status)
+
+    report = build_report(store, run_id, rows, archs, run_arch, baselines)
+    report.update(run_id=run_id, suite=suite, device=device, notes=notes, skipped=skipped_line)
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        _print(console, report, baselines)
+    return 0
+
+
+def _executed_leg(store: Any, rows: dict[str, dict[str, Any]], arch: str, args: argparse.Namespace,
+                  notes: list[str], progress: Any) -> None:
+    """The executed leg of correct_with_arch: ncu's per-opcode counts for every correct candidate of a
+    task that requests features on `arch`, stored in the `profiles` table as the evidence."""
+    from kernelpro.toolchain import find_tool
+
+    if args.executed == "off":
+        return
+    todo = []
+    for key, row in rows.items():
+        task, cid = row["task"], row["cid"]
+        ev = store.latest("evaluations", cid)
+        if (ev and ev["ok"] and ev["payload"].get("correct") and task.requested_features(arch)
+                and not any(p["payload"].get("kind") == "executed" for p in store.results("profiles", cid))):
+            todo.append((key, row))
+    if not todo:
+        return
+    if find_tool("ncu") is None:
+        msg = "ncu (Nsight Compute) not found: correct_with_arch left unjudged; install Nsight Compute or put ncu on PATH"
+        if args.executed == "on":
+            raise KernelProError(msg)
+        notes.append(msg)
+        return
+    from kernelpro.profile.executed import candidate_evidence
+
+    bar = progress.add_task("ncu executed", total=len(todo))
+    for _key, row in todo:
+        task, cid = row["task"], row["cid"]
+        progress.update(bar, description=f"ncu executed {task.name}")
+        try:
+            payload = {"kind": "executed", **candidate_evidence(row["cand"].path, task, arch, timeout=args.timeout)}
+        except Exception as e:  # noqa: BLE001 - ncu refused or the candidate died under it: unjudged, never a pass
+            payload = {"kind": "executed", "executed_ok": None, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+            notes.append(f"{task.name}: ncu executed-instruction pass failed: {payload['error'][:160]}")
+        store.record("profiles", cid, bool(payload.get("executed_ok")), payload, arch=arch)
+        progress.advance(bar)
+
+
+def _features_cell(vers: list[dict[str, Any]]) -> tuple[str, bool | None]:
+    parts = []
+    oks = []
+    for v in vers:
+        p = v["payload"]
+        oks.append(p.get("features_ok"))
+        if p.get("error"):
+            parts.append(f"{v['arch']}: {'no CUDA' if 'loads no CUDA' in p['error'] else 'error'}")
+        elif p.get("requested"):
+            feats = p.get("features", {})
+            parts.append(f"{v['arch']}: " + " ".join(f"{f}{'+' if feats.get(f) == 'emitted' else '-'}"
+                                                      for f in p["requested"]))
+        else:
+            parts.append(f"{v['arch']}: {'compiled' if p.get('compiled') else 'compile failed'}")
+    seen = [o for o in oks if o is not None]
+    return "; ".join(parts), (all(seen) if seen else None)
+
+
+def build_report(store: Any, run_id: int, rows: dict[str, dict[str, Any]], archs: list[str], run_arch: str | None,
+                 baselines: list[str]) -> dict[str, Any]:
+    """Per-task rows and suite metrics from what the store holds for this run (also used by --resume)."""
+    from kernelpro.results.metrics import Outcome, per_task, summarize
+
+    out_rows = []
+    outcomes = []
+    for key, row in rows.items():
+        cid = row["cid"]
+        vers = [v for v in store.results("verifications", cid) if v["arch"] in archs]
+        feat_cell, feat_ok = _features_cell(vers)
+        if run_arch:
+            # the feature-use rate counts the arch the candidate ran on, when there is one
+            for v in vers:
+                if v["arch"] == run_arch:
+                    feat_ok = v["payload"].get("features_ok")
+        evals = [e for e in store.results("evaluations", cid) if not str(e["arch"] or "").startswith("sanitizer")]
+        ev = evals[-1]["payload"] if evals else None
+        san = [e for e in store.results("evaluations", cid) if str(e["arch"] or "").startswith("sanitizer")]
+        r: dict[str, Any] = {"task": key, "candidate_id": cid, "features": feat_cell, "features_ok": feat_ok,
+                             "compiled": None, "correct": None, "correct_shown": None, "correct_heldout": None,
+                             "reason": None, "detail": None, "time_ms": None, "baseline_ms": {}, "speedup": {},
+                             "tflops": None, "gbps": None, "floor_ms": None, "energy_j": {}, "failed_checks": [],
+                             "sanitizer": san[-1]["payload"].get("reason") if san else None,
+                             "executed_ok": None, "executed": {}, "correct_with_arch": None}
+        primary = [v for v in vers if v["arch"] == (run_arch or archs[0])]
+        if ev is None and primary and "compiled" in primary[-1]["payload"]:
+            # No run (no GPU): the static nvcc compile for the primary target is the compile verdict.
+            r["compiled"] = bool(primary[-1]["payload"]["compiled"])
+        if ev is not None:
+            stats = (ev.get("timing") or {}).get("stats", {})
+            work = ev.get("work") or {}
+            r.update(compiled=ev.get("compiled"), correct=bool(ev.get("ok")) and bool(ev.get("correct")),
+                     correct_shown=ev.get("correct_shown"), correct_heldout=ev.get("correct_heldout"),
+                     reason=ev.get("reason"), detail=ev.get("detail"), failed_checks=ev.get("failed_checks", []),
+                     time_ms=(stats.get("candidate") or {}).get("median_ms"),
+                     baseline_ms={b: s["median_ms"] for b, s in stats.items() if b != "candidate"},
+                     speedup=ev.get("speedup") or {}, tflops=work.get("tflops"), gbps=work.get("gbps"),
+                     floor_ms=work.get("floor_ms"),
+                     energy_j={k: v.get("j_per_call") for k, v in (ev.get("energy") or {}).items()
+                               if isinstance(v, dict) and "j_per_call" in v})
+            if san and san[-1]["payload"].get("reason") == "sanitizer":
+                r["correct"] = False
+            ran_on = run_arch or evals[-1]["arch"]   # a re-read without the GPU: the arch it ran on
+            ex = [p["payload"] for p in store.results("profiles", cid)
+                  if p["payload"].get("kind") == "executed" and p["arch"] == ran_on]
+            if ex:
+                r["executed_ok"] = ex[-1].get("executed_ok")
+                r["executed"] = {f: e.get("executed") for f, e in (ex[-1].get("features") or {}).items()}
+            # PTXBench's rule: correct AND requested SASS present (static) AND executed (ncu); static
+            # presence alone never counts, so no ncu evidence leaves it unjudged unless already incorrect.
+            if not row["task"].requested_features(ran_on):
+                pass   # the rule needs requested features; a task without any is not scored by it
+            elif r["correct"] is False or feat_ok is False or r["executed_ok"] is False:
+                r["correct_with_arch"] = False
+            elif r["correct"] and feat_ok and r["executed_ok"]:
+                r["correct_with_arch"] = True
+        out_rows.append(r)
+        outcomes.append(Outcome(task=key, compiled=r["compiled"], correct=r["correct"] if ev is not None else None,
+                                features_ok=feat_ok, candidate_ms=r["time_ms"], baseline_ms=r["baseline_ms"],
+                                floor_ms=r["floor_ms"], correct_with_arch=r["correct_with_arch"]))
+    main_base = baselines[0] if baselines else "eager"
+    summary = {b: summarize(outcomes, b) for b in baselines} or {"eager": summarize(outcomes)}
+    return {"rows": out_rows, "summary": summary, "per_task": per_task(outcomes, main_base),
+            "main_baseline": main_base}
+
+
+def _fmt(x: float | None, spec: str = ".3g") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _yn(x: bool | None) -> str:
+    return "-" if x is None else ("[green]yes[/]" if x else "[red]no[/]")
+
+
+def _print(console: Any, report: dict[str, Any], baselines: list[str]) -> None:
+    from rich.table import Table
+
+    from kernelpro.results.metrics import fmt_rate
+
+    cols = ["task", "compile", "correct s/h", "features", "time ms"] + [f"{b} ms" for b in baselines] + \
+           [f"x {b}" for b in baselines] + ["TFLOP/s", "GB/s", "J/call", "with arch", "verdict"]
+    rows = []
+    for r in report["rows"]:
+        verdict = "[green]ok[/]" if r["correct"] else (f"[red]{r['reason']}[/]" if r["reason"] else "-")
+        rows.append([r["task"].split("/")[-1], _yn(r["compiled"]),
+                     f"{_yn(r['correct_shown'])}/{_yn(r['correct_heldout'])}", r["features"] or "-",
+                     _fmt(r["time_ms"]), *[_fmt(r["baseline_ms"].get(b)) for b in baselines],
+                     *[_fmt(r["speedup"].get(b), ".2f") for b in baselines], _fmt(r["tflops"]), _fmt(r["gbps"]),
+                     _fmt(r["energy_j"].get("candidate")), _yn(r["correct_with_arch"]), verdict])
+    # Columns nothing was measured for (no GPU: every timing column) only squeeze the ones that matter.
+    keep = [i for i, c in enumerate(cols) if i < 4 or any(row[i] not in ("-", "-/-") for row in rows)]
+    t = Table(title=f"kernelpro bench: run {report['run_id']} ({report['suite']}, {report['device']})")
+    for i in keep:
+        t.add_column(cols[i], overflow="fold")
+    for row in rows:
+        t.add_row(*[row[i] for i in keep])
+    console.print(t)
+    for n in report["notes"]:
+        console.print(f"note: {n}", markup=False, highlight=False, soft_wrap=True)
+    if report.get("skipped"):
+        console.print(f"skipped: {report['skipped']}", markup=False, highlight=False, soft_wrap=True)
+    b = report["main_baseline"]
+    s = report["summary"].get(b, {})
+    fp = s.get("fast_p", {})
+    gm = s.get("geomean_speedup")
+    console.print(f"summary ({s.get('n', 0)} candidates, vs {b}): compile {fmt_rate(s.get('compile_rate'))}, "
+                  f"correct {fmt_rate(s.get('correct_rate'))}, features {fmt_rate(s.get('feature_rate'))}, "
+                  f"correct_with_arch {fmt_rate(s.get('correct_with_arch_rate'))}, "
+                  f"fast_1 {fmt_rate(fp.get('1'))}, fast_1.2 {fmt_rate(fp.get('1.2'))}, "
+                  f"geomean {'-' if gm is None else f'{gm:.2f}x'} (n={s.get('geomean_n', 0)}); "
+                  f"run id {report['run_id']}", markup=False, highlight=False, soft_wrap=True)

@@ -1,0 +1,1 @@
+"""`kernelpro report`: the HTML page (html) and its hand-drawn plots (svg)."""

@@ -1,0 +1,259 @@
+"""`kernelpro report`: one self-contained HTML file about one or more runs.
+
+Everything the page needs is inside it: CSS, a few lines of JavaScript (sortable tables, an error
+hook), and the plots as inline SVG drawn here by hand, so it opens from a laptop with no network and no
+plotting library. Sections: a summary of each run, fast_p curves, the speedup distribution, a
+side-by-side comparison of the runs, and per run a per-task table, a feature-usage heat map (task x
+feature: declared / emitted / executed) and, for optimize runs, the search tree with each node's verdict
+and speedup.
+
+The store's payloads are written by several stages (harness, agent, verifier, profiler) and keep
+evolving, so `candidate_facts` reads them by the names each stage uses and treats a missing field as
+"not measured", never as a failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from kernelpro.errors import KernelProError
+from kernelpro.report.svg import esc, svg_heatmap, svg_histogram, svg_lines, svg_tree
+from kernelpro.results.facts import RunView, fast_p, geomean, load_run, verdict
+
+# ------------------------------------------------------------------------------------------------
+# HTML
+# ------------------------------------------------------------------------------------------------
+
+CSS = """
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px;color:#222;max-width:1400px}
+h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd}h3{font-size:15px}
+table{border-collapse:collapse;font-size:13px;margin:8px 0}th,td{border:1px solid #ddd;padding:3px 7px;text-align:left}
+th{background:#f3f3f3;cursor:pointer;user-select:none}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.v-pass{color:#1a7f1a}.v-slow{color:#8a8a00}.v-compile_error,.v-wrong_output{color:#c62828}
+.v-flagged{color:#000;font-weight:bold}.v-missing_feature{color:#6a3d9a}.muted{color:#888}
+svg text{font-size:11px;fill:#333}svg .ttl{font-size:13px;font-weight:600}svg .grid{stroke:#eee}
+svg .frame{fill:none;stroke:#999}svg .parity{stroke:#555;stroke-dasharray:4,3}svg .edge{stroke:#999}
+svg .mark{font-size:10px;font-weight:bold;fill:#222}svg .lbl{font-size:9px}
+.plots{display:flex;flex-wrap:wrap;gap:16px}.chip{display:inline-block;width:10px;height:10px;margin:0 3px 0 10px}
+.scroll{overflow-x:auto}#kp-errors{color:#c62828}
+"""
+
+JS = """
+window.__kpErrors=[];
+window.addEventListener('error',function(e){window.__kpErrors.push(String(e.message));
+  var p=document.getElementById('kp-errors');if(p){p.textContent=window.__kpErrors.join('\\n');}});
+document.addEventListener('DOMContentLoaded',function(){
+  document.querySelectorAll('table.sortable th').forEach(function(th,i){
+    th.addEventListener('click',function(){
+      var tb=th.closest('table').tBodies[0],rows=Array.from(tb.rows),asc=th.dataset.asc!=='1';
+      rows.sort(function(a,b){var x=a.cells[i].dataset.v||a.cells[i].textContent,
+        y=b.cells[i].dataset.v||b.cells[i].textContent,nx=parseFloat(x),ny=parseFloat(y);
+        var c=(!isNaN(nx)&&!isNaN(ny))?nx-ny:x.localeCompare(y);return asc?c:-c;});
+      rows.forEach(function(r){tb.appendChild(r);});th.dataset.asc=asc?'1':'0';});});
+  document.body.setAttribute('data-kp-ready',String(document.querySelectorAll('svg').length));
+});
+"""
+
+
+def _td(v: Any, num: bool = False, sort: Any = None, klass: str = "") -> str:
+    cls = " ".join(c for c in ("num" if num else "", klass) if c)
+    attrs = (f' class="{cls}"' if cls else "") + (f' data-v="{esc(sort)}"' if sort is not None else "")
+    return f"<td{attrs}>{esc(v)}</td>"
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}x"
+
+
+def _rate(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def _yn(v: bool | None) -> str:
+    return "-" if v is None else ("yes" if v else "no")
+
+
+def task_table(view: RunView) -> str:
+    bases = view.baselines
+    head = ["task", "attempts", "verdict", "compiled", "correct", "flags", "features emitted", "executed",
+            "missing"] + \
+        [f"speedup vs {b}" for b in bases] + ["energy / call", "energy vs baseline"]
+    attempts: dict[str, int] = {}
+    for f in view.facts:
+        attempts[f.task] = attempts.get(f.task, 0) + 1
+    rows = []
+    for task, f in view.best.items():
+        v = verdict(f, baseline=view.baseline)
+        eratio = (f.baseline_energy_j / f.energy_j) if f.energy_j and f.baseline_energy_j else None
+        cells = [_td(task.split("/", 1)[-1]), _td(attempts[task], True), _td(v, klass=f"v-{v}"),
+                 _td(_yn(f.compiled)), _td(_yn(f.correct)), _td(", ".join(f.flags) or "-"),
+                 _td(", ".join(f.emitted) or "-"),
+                 _td("not profiled" if f.executed is None else ", ".join(f.executed) or "none"),
+                 _td(", ".join(f.missing) or "-")]
+        cells += [_td(_x(f.speedups.get(b)), True, f.speedups.get(b, -1)) for b in bases]
+        cells += [_td("-" if f.energy_j is None else f"{f.energy_j * 1e3:.4g} mJ", True, f.energy_j or -1),
+                  _td(_x(eratio), True, eratio or -1)]
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return ('<div class="scroll"><table class="sortable"><thead><tr>' + "".join(f"<th>{esc(h)}</th>" for h in head)
+            + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")
+
+
+def summary_row(view: RunView) -> dict[str, Any]:
+    fs = list(view.best.values())
+    n = len(fs)
+    sp = [f.speedup(view.baseline) for f in fs if f.ok and f.speedup(view.baseline)]
+    return {
+        "run": view.run["id"], "kind": view.run["kind"], "suite": view.run["suite"] or "-",
+        "status": view.run["status"], "tasks": n, "candidates": len(view.facts),
+        "compiled": sum(f.compiled is not False for f in fs), "correct": sum(f.ok for f in fs),
+        "baseline": view.baseline or "-", "fast_1": fast_p(view, 1.0) if n else None,
+        "geomean": geomean(sp), "host": view.run["host"] or "-",
+        "created": time.strftime("%Y-%m-%d %H:%M", time.localtime(view.run["created"])),
+    }
+
+
+def comparison_table(views: list[RunView]) -> str:
+    tasks = sorted({t for v in views for t in v.best})
+    head = ["task"] + [v.label for v in views]
+    rows = []
+    for t in tasks:
+        cells = [_td(t.split("/", 1)[-1])]
+        for v in views:
+            f = v.best.get(t)
+            if f is None:
+                cells.append(_td("-"))
+                continue
+            vd = verdict(f, baseline=v.baseline)
+            s = f.speedup(v.baseline)
+            cells.append(_td(f"{vd} {_x(s)}" if s is not None else vd, klass=f"v-{vd}", sort=s or -1))
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    sums = [summary_row(v) for v in views]
+    foot = ["<tr><th>correct</th>" + "".join(f"<td>{s['correct']}/{s['tasks']}</td>" for s in sums) + "</tr>",
+            "<tr><th>fast_1</th>" + "".join(f"<td>{_rate(s['fast_1'])}</td>" for s in sums) + "</tr>",
+            "<tr><th>geomean speedup (correct)</th>" + "".join(f"<td>{_x(s['geomean'])}</td>" for s in sums) + "</tr>"]
+    return ('<div class="scroll"><table class="sortable"><thead><tr>' + "".join(f"<th>{esc(h)}</th>" for h in head)
+            + "</tr></thead><tbody>" + "".join(rows) + "</tbody><tfoot>" + "".join(foot) + "</tfoot></table></div>")
+
+
+def comparison_rounds_table(c: Any) -> str:
+    """A compare.Comparison as a table: ms per candidate per round, ratio vs the first, median [min, max]."""
+    first = c.labels[0]
+    head = ["round", "judged"] + [f"{lab} ms" for lab in c.labels] + [f"ms({first}) / ms({lab})" for lab in c.labels[1:]]
+    rows = []
+    for k, (row, judged) in enumerate(zip(c.rounds, c.judged, strict=True), 1):
+        cells = [_td(k, True), _td(judged)] + [_td(f"{row[lab]:.4f}" if row.get(lab) else "-", True) for lab in c.labels]
+        cells += [_td(f"{row[first] / row[lab]:.3f}" if row.get(first) and row.get(lab) else "-", True)
+                  for lab in c.labels[1:]]
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    summ = c.summary()
+    foot = ([_td("median"), _td("")] + [_td(f"{s['median_ms']:.4f}" if s["median_ms"] else "-", True) for s in summ]
+            + [_td(f"{s['ratio_median']:.3f} [{s['ratio_min']:.3f}, {s['ratio_max']:.3f}]" if s["ratio_median"]
+                   else "-", True) for s in summ[1:]])
+    notes = "".join(f"<li>{esc(n)}</li>" for n in c.notes)
+    return ('<div class="scroll"><table><thead><tr>' + "".join(f"<th>{esc(h)}</th>" for h in head)
+            + "</tr></thead><tbody>" + "".join(rows) + "</tbody><tfoot><tr>" + "".join(foot) + "</tr></tfoot></table>"
+            + (f'<ul class="muted">{notes}</ul>' if notes else "") + "</div>")
+
+
+def fast_p_series(views: list[RunView]) -> dict[str, list[tuple[float, float]]]:
+    top = max([f.speedup(v.baseline) or 0 for v in views for f in v.best.values() if f.ok] + [2.0]) * 1.05
+    ps = [top * i / 200 for i in range(201)]
+    return {f"{v.label} vs {v.baseline or '-'}": [(p, fast_p(v, p)) for p in ps] for v in views}
+
+
+def render(views: list[RunView], db_path: str = "") -> str:
+    sums = [summary_row(v) for v in views]
+    cols = ["run", "kind", "suite", "status", "tasks", "candidates", "compiled", "correct", "baseline", "fast_1",
+            "geomean", "host", "created"]
+    srows = "".join("<tr>" + "".join(
+        _td(_rate(s[c]) if c == "fast_1" else (_x(s[c]) if c == "geomean" else s[c]),
+            c in ("tasks", "candidates", "compiled", "correct")) for c in cols) + "</tr>" for s in sums)
+    parts = [
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
+        f"<title>KernelPro report: runs {', '.join(str(v.run['id']) for v in views)}</title>",
+        f"<style>{CSS}</style><script>{JS}</script></head><body>",
+        f"<h1>KernelPro report: {', '.join(v.label for v in views)}</h1>",
+        f'<p class="muted">store {esc(db_path)}; generated {time.strftime("%Y-%m-%d %H:%M:%S")}. fast_p: tasks '
+        "that are correct, unflagged, use every requested feature and are more than p times faster than the "
+        "baseline, over all tasks of the run (KernelBench's definition). Speedups are as the harness stored them.</p>",
+        '<pre id="kp-errors"></pre>',
+        '<h2>Runs</h2><table class="sortable"><thead><tr>' + "".join(f"<th>{c}</th>" for c in cols)
+        + f"</tr></thead><tbody>{srows}</tbody></table>",
+        '<h2>fast_p and speedup distribution</h2><div class="plots">',
+        svg_lines(fast_p_series(views), "fast_p: fraction of tasks correct and faster than p x baseline",
+                  "p (speedup threshold)", "fast_p", ymax=1.0, klass="plot fastp"),
+        svg_histogram({v.label: [f.speedup(v.baseline) for f in v.best.values()
+                                 if f.ok and f.speedup(v.baseline)] for v in views},
+                      "speedup of correct tasks (best candidate per task)"),
+        "</div>",
+    ]
+    if len(views) > 1:
+        parts += ["<h2>Side-by-side</h2>", comparison_table(views)]
+    for v in views:
+        cfg = json.dumps(v.run["config"], default=str)
+        parts += [f'<h2 id="run-{v.run["id"]}">{esc(v.label)}</h2>',
+                  f'<p class="muted">suite {esc(v.run["suite"] or "-")}, status {esc(v.run["status"])}, '
+                  f"config <code>{esc(cfg[:400])}{'...' if len(cfg) > 400 else ''}</code></p>",
+                  "<h3>Per task</h3>", task_table(v),
+                  "<h3>Feature usage</h3>", f'<div class="scroll">{svg_heatmap(v)}</div>']
+        if v.run["kind"] == "optimize" or v.nodes:
+            parts += ["<h3>Search tree</h3>", f'<div class="scroll">{svg_tree(v)}</div>']
+        for c in v.comparisons:
+            parts += ["<h3>Side by side in one worker</h3>", comparison_rounds_table(c)]
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_report(store: Any, run_ids: list[int], out: str | Path) -> Path:
+    views = [load_run(store, r) for r in run_ids]
+    out = Path(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(render(views, str(store.path)))
+    except OSError as e:
+        raise KernelProError(f"cannot write report {out}: {e.strerror}; pass -o with a writable path") from None
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# CLI
+# ------------------------------------------------------------------------------------------------
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_ids", nargs="*", type=int, metavar="RUN_ID", help="runs to report (several: compared)")
+    p.add_argument("-o", "--output", help="HTML file to write (default report-<ids>.html)")
+    p.add_argument("--list", action="store_true", help="list the runs in the store and exit")
+
+
+def main(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from kernelpro.results.store import Store, default_db_path
+
+    store = Store(args.db or default_db_path(), readonly=True)
+    console = Console()
+    if args.list or not args.run_ids:
+        runs = store.runs()
+        if not runs and not args.list:
+            raise KernelProError(f"no runs in {store.path}; run `kernelpro bench` or `kernelpro optimize` first")
+        table = Table(title=f"runs in {store.path}")
+        for c in ("id", "kind", "suite", "status", "candidates", "created"):
+            table.add_column(c)
+        for r in runs:
+            n = store.db.execute("SELECT COUNT(*) FROM candidates WHERE run_id=?", (r["id"],)).fetchone()[0]
+            table.add_row(str(r["id"]), r["kind"], r["suite"] or "-", r["status"], str(n),
+                          time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created"])))
+        console.print(table)
+        if not args.list:
+            console.print("give one or more RUN_IDs to write a report")
+            return 2
+        return 0
+    out = args.output or f"report-{'-'.join(map(str, args.run_ids))}.html"
+    path = write_report(store, args.run_ids, out)
+    console.print(f"wrote {path} ({path.stat().st_size // 1024} KiB, {len(args.run_ids)} run(s))")
+    return 0

@@ -1,0 +1,85 @@
+"""A side-by-side comparison (`kernelpro compare`, optimize --confirm) as a record: its rounds, folded
+from the harness's result records, and rebuilt from the store for the report and the CLI."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Comparison:
+    task: str
+    labels: list[str]
+    paths: list[str]
+    rounds: list[dict[str, float | None]] = field(default_factory=list)   # label -> median ms in that round
+    judged: list[str] = field(default_factory=list)                       # the fully judged label per round
+    baseline_ms: list[float | None] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def disqualified(self) -> set[str]:
+        """Labels that failed a round judging them in full: their timings as a rival do not count either."""
+        return {j for r, j in zip(self.rounds, self.judged, strict=True) if r.get(j) is None}
+
+    def ratios(self, label: str) -> list[float]:
+        """ms(first) / ms(label) per round where both were timed: > 1 means `label` is faster."""
+        first = self.labels[0]
+        if {first, label} & self.disqualified:
+            return []
+        return [r[first] / r[label] for r in self.rounds if r.get(first) and r.get(label)]
+
+    def summary(self) -> list[dict[str, Any]]:
+        rows = []
+        for lab, path in zip(self.labels, self.paths, strict=True):
+            ms = [] if lab in self.disqualified else [r[lab] for r in self.rounds if r.get(lab)]
+            rat = self.ratios(lab)
+            rows.append({"label": lab, "path": path, "rounds": len(ms), "disqualified": lab in self.disqualified,
+                         "median_ms": statistics.median(ms) if ms else None,
+                         "ratio_median": statistics.median(rat) if rat else None,
+                         "ratio_min": min(rat) if rat else None, "ratio_max": max(rat) if rat else None,
+                         "faster_in": sum(1 for x in rat if x > 1.0)})
+        return rows
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "summary": self.summary()}
+
+
+def add_round(cmp: Comparison, r: int, judged: str, rec: dict[str, Any], baseline: str) -> None:
+    """Fold one round's harness record (judged file = `judged`, others as `rival:<label>`) into `cmp`."""
+    stats = (rec.get("timing") or {}).get("stats") or {}
+    got: dict[str, float | None] = {lab: None for lab in cmp.labels}
+    if rec.get("ok") and "candidate" in stats:
+        got[judged] = stats["candidate"]["median_ms"]
+        for lab in cmp.labels:
+            if f"rival:{lab}" in stats:
+                got[lab] = stats[f"rival:{lab}"]["median_ms"]
+        for k, v in ((rec.get("timing") or {}).get("notes") or {}).items():
+            if k.startswith("rival:"):
+                cmp.notes.append(f"round {r + 1}: {k[len('rival:'):]}: {v}")
+    else:
+        detail = str(rec.get("detail") or "")
+        cmp.notes.append(f"round {r + 1}: {judged} failed: {rec.get('reason')}: "
+                         f"{detail.splitlines()[0][:160] if detail else ''}")
+    cmp.rounds.append(got)
+    cmp.judged.append(judged)
+    cmp.baseline_ms.append((stats.get(baseline) or {}).get("median_ms"))
+
+
+def load_comparison(store: Any, run_id: int) -> Comparison:
+    """Rebuild a stored comparison (a `compare` run, or the --confirm of an optimize run) from its rounds."""
+    run = store.get_run(run_id)
+    cfg = run["config"]
+    cmp = Comparison(task=cfg.get("task_key", ""), labels=list(cfg["labels"]), paths=list(cfg["candidates"]))
+    owner = cfg.get("optimize_run", run_id)          # --confirm stores rounds on the search's candidates
+    # Rounds recorded before compare_run/compare_label were stored: the run's own candidates, and the judged
+    # file follows from the round number exactly as compare() rotates it.
+    recs = [r["payload"] for c in store.candidates(owner) for r in store.results("evaluations", c["id"])
+            if r["payload"].get("compare_run", run_id if owner == run_id and "compare_round" in r["payload"]
+                                else None) == run_id]
+    for rec in sorted(recs, key=lambda x: x["compare_round"]):
+        r = int(rec["compare_round"]) - 1
+        add_round(cmp, r, rec.get("compare_label") or cmp.labels[r % len(cmp.labels)], rec,
+                   cfg.get("baseline", "eager"))
+    return cmp

@@ -1,0 +1,312 @@
+"""The run store's read-model: one `Facts` per candidate, read from what each stage recorded, and the
+figures every consumer shares (verdict, best per task, fast_p, geomean). `bench`, `report`, `fixit` and
+`optimize` read results through here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+# Verdicts, in the order a candidate meets the checks. Fixit uses the same names for its categories.
+VERDICTS = ("compile_error", "missing_feature", "wrong_output", "flagged", "slow", "pass", "pending")
+BASELINE_ORDER = ("cublas", "cudnn", "eager", "torch", "compile", "torch_compile", "reference")
+# The harness's failed checks that mean "wrong or broken", not "gaming the measurement".
+NOT_FLAGS = {"compile_error", "crash", "timeout", "oom", "wrong_output", "nan_inf", "unwritten_output", "sanitizer"}
+
+
+# ------------------------------------------------------------------------------------------------
+# Facts about a candidate, read from whatever the stages stored
+# ------------------------------------------------------------------------------------------------
+
+@dataclass
+class Facts:
+    id: int
+    run_id: int
+    task: str
+    origin: str
+    parent_id: int | None
+    info: dict[str, Any]
+    source: str
+    hash: str
+    compiled: bool | None = None
+    correct: bool | None = None
+    flags: list[str] = field(default_factory=list)
+    requested: list[str] = field(default_factory=list)
+    emitted: list[str] = field(default_factory=list)
+    executed: list[str] | None = None
+    missing: list[str] = field(default_factory=list)
+    speedups: dict[str, float] = field(default_factory=dict)
+    energy_j: float | None = None
+    baseline_energy_j: float | None = None
+    timings: dict[str, Any] = field(default_factory=dict)
+    stage: str = ""
+    reason: str = ""
+    compile_log: str = ""
+    verify_log: str = ""
+    correctness: dict[str, Any] = field(default_factory=dict)
+    advice: str = ""
+    arch: str | None = None
+    evaluated: bool = False
+
+    @property
+    def primary(self) -> str | None:
+        """The baseline a bare speedup refers to: the vendor library first, then eager PyTorch."""
+        return next((b for b in BASELINE_ORDER if b in self.speedups), next(iter(self.speedups), None))
+
+    def speedup(self, baseline: str | None = None) -> float | None:
+        b = baseline or self.primary
+        return self.speedups.get(b) if b else None
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.compiled is not False and self.correct and not self.flags and not self.missing)
+
+
+def _first(d: dict[str, Any], *names: str, default: Any = None) -> Any:
+    for n in names:
+        if isinstance(d, dict) and d.get(n) is not None:
+            return d[n]
+    return default
+
+
+def _names(v: Any) -> list[str]:
+    """Feature or flag names from a list of names, a list of {name: ...} dicts, or a {name: truthy} dict."""
+    if not v:
+        return []
+    if isinstance(v, dict):
+        out = []
+        for k, x in v.items():
+            if isinstance(x, dict):
+                x = _first(x, "executed", "triggered", "present", "found", "used", "value", "ok", default=True)
+            if isinstance(x, str):  # the verifier's status: emitted | declared, not emitted | absent
+                x = x in ("emitted", "executed")
+            if x:
+                out.append(str(k))
+        return out
+    if isinstance(v, list | tuple | set):
+        out = []
+        for x in v:
+            if isinstance(x, dict):
+                if _first(x, "triggered", "present", "found", default=True):
+                    out.append(str(_first(x, "name", "feature", "flag", default=x)))
+            else:
+                out.append(str(x))
+        return out
+    return [str(v)]
+
+
+def _bool(v: Any) -> bool | None:
+    if v is None:
+        return None
+    if isinstance(v, dict):
+        return _bool(_first(v, "ok", "passed", "correct", "all_passed"))
+    return bool(v)
+
+
+def _text(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, list):
+        return "\n".join(map(str, v))
+    return str(v)
+
+
+def candidate_facts(store: Any, cand: dict[str, Any]) -> Facts:
+    f = Facts(id=cand["id"], run_id=cand["run_id"], task=cand["task"], origin=cand["origin"],
+              parent_id=cand["parent_id"], info=cand.get("info") or {}, source=cand["source"], hash=cand["hash"])
+    comp = store.latest("compiles", cand["id"])
+    if comp is not None:
+        f.compiled = bool(comp["ok"])
+        f.compile_log = _text(_first(comp["payload"], "errors", "log", "stderr", "diagnostics", default=""))
+        f.arch = comp["arch"]
+    ver = store.latest("verifications", cand["id"])
+    if ver is not None:
+        p = ver["payload"]
+        f.arch = ver["arch"] or f.arch
+        f.requested = _names(_first(p, "requested", "requested_features"))
+        f.emitted = _names(_first(p, "found", "emitted", "present", "features", "used"))
+        if f.arch is None and p.get("arch"):
+            f.arch = str(p["arch"])
+        f.missing = _names(_first(p, "missing", "missing_features"))
+        ex = _first(p, "executed", "executed_features")
+        f.executed = _names(ex) if ex is not None else None
+        f.verify_log = _text(_first(p, "summary", "reason", "errors", default=""))
+        if not ver["ok"] and not f.missing and p.get("compiled") is not False and f.requested:
+            f.missing = [x for x in f.requested if x not in f.emitted]
+        if p.get("compiled") is False and f.compiled is None:
+            f.compiled = False
+            f.compile_log = f.compile_log or _text(_first(p, "compile_errors", "errors", "log", default=""))
+        if not f.requested and not ver["ok"] and not f.missing:
+            f.verify_log = f.verify_log or "verification failed"
+    evs = store.results("evaluations", cand["id"])
+    # A side-by-side round (compare / --confirm) re-times a candidate at one size; its own verdict stays the
+    # evaluation it had in its run, unless it has no other (a candidate of a compare run).
+    own = [e for e in evs if "compare_round" not in e["payload"]]
+    ev = (own or evs)[-1] if evs else None
+    if ev is not None:
+        f.evaluated = True
+        p = ev["payload"]
+        f.arch = ev["arch"] or f.arch
+        comp_ok = p.get("compiled")
+        stage = str(p.get("stage") or "")
+        if comp_ok is not None:
+            f.compiled = bool(comp_ok)
+        elif stage == "compile":
+            f.compiled = False
+        elif f.compiled is None and stage not in ("", "generate"):
+            f.compiled = True
+        f.correct = _bool(p.get("correct"))
+        if f.correct is None and isinstance(p.get("correctness"), dict):
+            f.correct = _bool(p["correctness"])
+        if isinstance(p.get("correctness"), dict):
+            f.correctness = p["correctness"]
+        # Outcome records may list every failed check as a flag; only anti-gaming ones are flags here.
+        f.flags = [x for x in _names(_first(p, "flags", "gaming_flags")) if x not in NOT_FLAGS]
+        failed = [str(x) for x in (p.get("failed_checks") or [])]
+        f.flags += [x for x in failed if x not in NOT_FLAGS and x not in f.flags]
+        if isinstance(p.get("correctness"), list):  # the harness's per-trial records
+            f.correctness = {"sizes": p["correctness"]}
+        sp = p.get("speedups") if isinstance(p.get("speedups"), dict) else p.get("speedup")
+        if isinstance(sp, dict):
+            f.speedups = {str(k): float(v) for k, v in sp.items() if isinstance(v, int | float) and v > 0}
+        s1 = _first(p, "speedup", "speedup_vs_baseline")
+        if isinstance(s1, int | float) and s1 > 0 and not f.speedups:
+            f.speedups = {str(_first(p, "baseline", default="baseline")): float(s1)}
+        en = p.get("energy")
+        f.energy_j = _first(p, "energy_j", "energy_per_call_j")
+        f.baseline_energy_j = _first(p, "baseline_energy_j")
+        if isinstance(en, dict):
+            cand_e = _first(en, "candidate", "new", "ModelNew")
+            if isinstance(cand_e, dict):
+                f.energy_j = f.energy_j or _first(cand_e, "j_per_call")
+            for k in BASELINE_ORDER:
+                if isinstance(en.get(k), dict) and f.baseline_energy_j is None:
+                    f.baseline_energy_j = en[k].get("j_per_call")
+        f.timings = p.get("timings") if isinstance(p.get("timings"), dict) else {}
+        f.stage, f.reason = stage, _text(_first(p, "reason", "error", default=""))
+        if p.get("detail"):
+            f.reason = f"{f.reason}: {p['detail']}" if f.reason else str(p["detail"])
+        if not stage and failed:
+            first = failed[0]
+            f.stage = ("compile" if first == "compile_error" else
+                       "correctness" if first in NOT_FLAGS else "gaming")
+        f.compile_log = f.compile_log or _text(_first(p, "compile_errors", "compile_log", default=""))
+        f.verify_log = f.verify_log or _text(_first(p, "verify_errors", default=""))
+        miss = _names(_first(p, "missing_features"))
+        f.missing = f.missing or miss
+        f.advice = _text(_first(p, "diagnoses", "advice", default=""))
+        if stage == "verify" and not f.missing:
+            f.missing = ["(requested features)"]
+        if stage == "compile" and f.correct is None:
+            f.correct = False
+    prof = store.latest("profiles", cand["id"])
+    if prof is not None:
+        p = prof["payload"]
+        ex = _first(p, "executed_features", "executed")
+        if isinstance(ex, dict) and isinstance(ex.get("features"), dict):  # evidence_payload shape
+            ex = ex["features"]
+        if ex is not None and f.executed is None:
+            f.executed = _names(ex)
+        adv = _first(p, "advice", "findings", "summary")
+        if adv and not f.advice:
+            f.advice = _advice_text(adv)
+    return f
+
+
+def _advice_text(adv: Any) -> str:
+    if isinstance(adv, list):
+        lines = []
+        for a in adv:
+            if isinstance(a, dict):
+                acts = a.get("actions")
+                lines.append(" ".join([str(a[k]) for k in ("title", "text", "finding", "message", "action") if a.get(k)]
+                                      + ([" ".join(map(str, acts))] if isinstance(acts, list) else [])))
+            else:
+                lines.append(str(a))
+        return "\n".join(lines)
+    return _text(adv)
+
+
+def verdict(f: Facts, slow_below: float = 1.0, baseline: str | None = None) -> str:
+    """compile_error | missing_feature | wrong_output | flagged | slow | pass | pending."""
+    if f.compiled is False:
+        return "compile_error"
+    if f.flags:
+        return "flagged"
+    if f.correct is False:
+        return "wrong_output"
+    if f.missing:
+        return "missing_feature"
+    if f.correct is None and not f.evaluated:
+        return "pending"
+    if f.correct is None:
+        return "wrong_output" if f.stage in ("correctness", "crash") else "pending"
+    s = f.speedup(baseline)
+    if s is not None and s < slow_below:
+        return "slow"
+    return "pass"
+
+
+# ------------------------------------------------------------------------------------------------
+# Run views
+# ------------------------------------------------------------------------------------------------
+
+@dataclass
+class RunView:
+    run: dict[str, Any]
+    facts: list[Facts]
+    best: dict[str, Facts]          # per task: the candidate the run is judged by
+    baselines: list[str]
+    baseline: str | None            # the primary one (fast_p, distribution)
+    nodes: list[dict[str, Any]]
+    comparisons: list[Any] = field(default_factory=list)   # compare.Comparison: this run's, or its --confirm
+
+    @property
+    def label(self) -> str:
+        cfg = self.run["config"] or {}
+        extra = [str(cfg[k]) for k in ("strategy", "policy", "model", "label") if isinstance(cfg.get(k), str)]
+        return f"run {self.run['id']} ({self.run['kind']}{', ' + ', '.join(extra) if extra else ''})"
+
+
+def _rank(f: Facts, baseline: str | None) -> tuple:
+    s = f.speedup(baseline) or 0.0
+    return (f.ok, f.correct is True, f.compiled is not False, s, -f.id)
+
+
+def load_run(store: Any, run_id: int) -> RunView:
+    run = store.get_run(run_id)
+    facts = [candidate_facts(store, c) for c in store.candidates(run_id)]
+    counts: dict[str, int] = {}
+    for f in facts:
+        for b in f.speedups:
+            counts[b] = counts.get(b, 0) + 1
+    baselines = sorted(counts, key=lambda b: (-counts[b], BASELINE_ORDER.index(b) if b in BASELINE_ORDER else 99, b))
+    primary = baselines[0] if baselines else None
+    best: dict[str, Facts] = {}
+    for f in facts:
+        if f.origin == "reference" and run["kind"] == "optimize":
+            continue  # the starting point of a search is not its result
+        if f.task not in best or _rank(f, primary) > _rank(best[f.task], primary):
+            best[f.task] = f
+    for f in facts:  # a search that produced nothing else is still judged by its reference
+        best.setdefault(f.task, f)
+    from kernelpro.results.comparison import load_comparison
+
+    cmp_ids = [run_id] if run["kind"] == "compare" else [
+        r["id"] for r in store.runs("compare") if r["config"].get("optimize_run") == run_id]
+    return RunView(run, facts, dict(sorted(best.items())), baselines, primary, store.nodes(run_id),
+                   [load_comparison(store, i) for i in cmp_ids])
+
+
+def fast_p(view: RunView, p: float) -> float:
+    if not view.best:
+        return 0.0
+    hits = sum(1 for f in view.best.values() if f.ok and (f.speedup(view.baseline) or 0) > p)
+    return hits / len(view.best)
+
+
+def geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
