@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelpro.bench.pipeline import _executed_leg, build_report
+from kernelpro.bench.pipeline import _executed_leg
+from kernelpro.bench.table import build_report
 from kernelpro.errors import KernelProError
 from kernelpro.results.store import Store
 from kernelpro.suites.task import find_task
