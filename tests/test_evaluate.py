@@ -8,20 +8,16 @@ import time
 import pytest
 import torch
 
-from kernelpro.harness.evaluate import (
-    DEFAULT_CEILINGS,
-    PRIORITY,
-    bitwise_equal,
+from kernelpro.harness.evaluate import PRIORITY
+from kernelpro.harness.guards import (
     classify_exception,
     compare_snapshot,
-    error_stats,
-    overlaps,
-    poison_allocator,
-    poison_mask,
     precision_flags,
     set_precision_policy,
     snapshot,
 )
+from kernelpro.harness.tensors import bitwise_equal, error_stats, overlaps, poison_allocator, poison_mask
+from kernelpro.harness.timed import DEFAULT_CEILINGS
 from kernelpro.suites.task import DEFAULT_TOLERANCE
 
 
@@ -103,7 +99,7 @@ def test_precision_policy_turns_tf32_off_for_fp32():
         assert f["matmul_tf32"] is False and f["cudnn_tf32"] is False and f["fp32_precision"] == "highest"
         assert set_precision_policy("tf32")["matmul_tf32"] is True
     finally:
-        from kernelpro.harness.evaluate import restore_precision
+        from kernelpro.harness.guards import restore_precision
 
         restore_precision(old)
 
@@ -144,7 +140,7 @@ def test_impossible_speed_with_a_low_ceiling(tmp_path):
 
 
 def test_jit_compiler_subprocesses_are_not_spawned_process():
-    from kernelpro.harness.evaluate import _is_jit_tool
+    from kernelpro.harness.guards import _is_jit_tool
 
     assert _is_jit_tool(("/usr/local/cuda/bin/ptxas", ["ptxas", "-v"], None, None))
     assert _is_jit_tool((None, ["ninja", "-v"], None, None))
@@ -189,7 +185,7 @@ def test_jit_compiler_spawn_is_allowed_through_posix_spawn(tmp_path, tool, flagg
     import os
     import subprocess
 
-    from kernelpro.harness.evaluate import _Audit
+    from kernelpro.harness.guards import _Audit
 
     exe = tmp_path / tool
     exe.write_text("#!/bin/sh\nexit 0\n")

@@ -181,7 +181,7 @@ def _worker_main(jobfile: str, resultfile: str) -> int:
         torch.cuda.set_device(0)
         torch.cuda.set_per_process_memory_fraction(float(job.mem_fraction))
     # Import Triton before the identity snapshot so triton.testing is in it; dynamo's own lazy re-wrapping
-    # of torch functions is recognised as benign by evaluate.compare_snapshot.
+    # of torch functions is recognised as benign by guards.compare_snapshot.
     if device.startswith("cuda"):
         try:
             import triton  # noqa: F401

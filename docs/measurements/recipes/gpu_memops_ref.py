@@ -9,7 +9,7 @@ Run on the GPU machine from the repo root:  export PYTHONPATH=$PWD; python3 docs
    default, shown and held-out sizes and a few extra ragged ones, two trials each with fresh random
    inputs (task.instantiate with a new seed): the allocator is poisoned with all-ones bytes first
    (unwritten outputs show up as NaN / poison), the output is compared with the task Model's using the
-   task tolerance (kernelpro.harness.evaluate.error_stats: every element within atol + rtol*|ref| and the
+   task tolerance (kernelpro.harness.tensors.error_stats: every element within atol + rtol*|ref| and the
    relative norm within rel_norm), and a second launch must give bit-identical output (a race shows up
    as a difference);
 3. times ModelNew and Model at every size (CUDA events, warm-up, median of many reps) and prints a
@@ -100,7 +100,7 @@ def run_task(name: str) -> int:
     """Check and time one task's reference (runs in its own process)."""
     import torch
 
-    from kernelpro.harness.evaluate import bitwise_equal, error_stats, poison_allocator
+    from kernelpro.harness.tensors import bitwise_equal, error_stats, poison_allocator
     from kernelpro.suites.task import find_task, instantiate
 
     task = find_task(f"ptxbench/{name}")
