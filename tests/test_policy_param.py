@@ -9,12 +9,13 @@ import pytest
 from kernelpro.agent.evaluator import EvalOutcome, StaticEvaluator
 from kernelpro.agent.mcts import ExpandContext, Node, Search, SearchConfig
 from kernelpro.agent.memory import SearchMemory
-from kernelpro.agent.policy_param import ParamPolicy, Template, gemm_rules, moves, params_of
+from kernelpro.agent.policy_param import ParamPolicy, Template, moves, params_of
 from kernelpro.results.store import Store
 from kernelpro.suites.task import load_task
 from kernelpro.toolchain import find_tool
 
 gemm = pytest.importorskip("kernelpro.suites.ptxbench.reference.gemm_bf16")
+gemm_rules = gemm.validate
 
 TASK = '''
 import torch
@@ -45,7 +46,7 @@ def template():
 def test_moves_are_valid_and_repair_coupled_knobs(template):
     p = template.params
     assert gemm_rules(p) is None
-    ms = moves(p, template.validate)
+    ms = moves(template, p)
     assert ms and all(gemm_rules(q) is None for _, _, q in ms)
     assert len({tuple(sorted(q.items())) for _, _, q in ms}) == len(ms)
     # BK 64->128 would overflow shared memory at 4 stages: the move lowers STAGES to what fits
@@ -56,7 +57,7 @@ def test_moves_are_valid_and_repair_coupled_knobs(template):
     # CONSUMERS 2->1 would need 256 accumulators per thread: never proposed from here
     assert not any(q["CONSUMERS"] == 1 for _, _, q in ms)
     small = {**p, "BN": 128, "STAGES": 3}
-    c1 = [q for k, _, q in moves(small, template.validate) if k == "CONSUMERS"]
+    c1 = [q for k, _, q in moves(template, small) if k == "CONSUMERS"]
     assert c1 and c1[0]["CONSUMER_REGS"] == 232 + 24  # register split follows the consumer count
 
 
@@ -65,7 +66,7 @@ def test_operand_layout_is_never_a_move():
     head = pytest.importorskip("kernelpro.suites.ptxbench.reference.gemm_bf16_headline")
     t = Template(head, "gemm_bf16_headline")
     assert t.params["B_KMAJOR"] == 1
-    ms = moves(t.params, t.validate)
+    ms = moves(t, t.params)
     assert ms and all(q["B_KMAJOR"] == 1 for _, _, q in ms) and not any(k == "B_KMAJOR" for k, _, _ in ms)
     assert gemm_rules({**t.params, "B_KMAJOR": 2}) is not None
 
@@ -111,7 +112,7 @@ def test_exhausts_when_every_neighbour_was_seen(template):
     pol = ParamPolicy(template)
     from kernelpro.results.store import source_hash
 
-    seen = {source_hash(gemm.make_source(q)) for _, _, q in moves(template.params, template.validate)}
+    seen = {source_hash(gemm.make_source(q)) for _, _, q in moves(template, template.params)}
     prop = pol.propose(ctx_for(template.params, "", seen=seen))
     assert prop.source is None and prop.exhausted
 
@@ -162,3 +163,28 @@ def test_search_over_the_real_parameter_space(template, tmp_path):
         assert res.nodes == 10 and res.root.what.startswith("template defaults")
         assert res.best.score > res.root.score
         assert all(n["payload"]["info"]["params"] for n in store.nodes(rid))
+
+
+def test_the_policy_knows_no_template_rules(tmp_path):
+    """Template knowledge lives in the template's file: a toy template with its own ladder, rule and
+    repair is searched by the same policy, and nothing of the GEMM's rules leaks into it."""
+    mod = tmp_path / "toy.py"
+    mod.write_text(
+        "PARAMS = {'TILE': 32, 'UNROLL': 2, 'HALF': 16}\n"
+        "LADDERS = {'TILE': [16, 32, 48]}\n"
+        "DERIVED = ('HALF',)\n"
+        "def validate(p):\n    return 'UNROLL must divide TILE' if p['TILE'] % p['UNROLL'] else None\n"
+        "def repair(p):\n    return {**p, 'HALF': p['TILE'] // 2}\n"
+        "def make_source(p):\n    return f'# {p}\\n'\n")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kp_toy_template", mod)
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    t = Template(m, "toy")
+    got = {(k, d): q for k, d, q in moves(t, t.params)}
+    assert got[("TILE", -1)] == {"TILE": 16, "UNROLL": 2, "HALF": 8}          # repaired
+    assert got[("TILE", +1)] == {"TILE": 48, "UNROLL": 2, "HALF": 24}
+    assert got[("UNROLL", +1)]["UNROLL"] == 4 and ("UNROLL", -1) in got       # default x2 / /2 steps
+    assert not any(k == "HALF" for k, _ in got)                               # derived never moves
+    assert all(t.validate(q) is None for q in got.values())

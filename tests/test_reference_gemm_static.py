@@ -154,7 +154,8 @@ def test_b_kmajor_reads_b_untransposed_and_multicasts(tmp_path, cluster):
 
 
 def test_headline_reference_is_a_k_major_template():
-    from kernelpro.agent.policy_param import gemm_rules, load_template
+    from kernelpro.agent.policy_param import load_template
+    from kernelpro.suites.ptxbench.reference.gemm_bf16 import validate as gemm_rules
     from kernelpro.suites.task import find_task
 
     tpl = load_template(find_task("ptxbench/gemm_bf16_headline"))

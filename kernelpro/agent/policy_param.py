@@ -26,81 +26,22 @@ from kernelpro.errors import KernelProError
 from kernelpro.results.store import source_hash
 from kernelpro.suites.task import Task
 
-# Value ladders for knobs the templates share; unknown int knobs step by x2 / /2.
-LADDERS: dict[str, list[int]] = {
-    "BM": [64, 128, 192, 256],
-    "BN": [64, 128, 192, 256],
-    "BK": [64, 128],
-    "STAGES": [2, 3, 4, 5, 6, 7, 8],
-    "CONSUMERS": [1, 2],
-    "CLUSTER_M": [1, 2, 4],
-    "GROUP_M": [1, 2, 4, 8, 16],
-}
-DERIVED = {"PRODUCER_REGS", "CONSUMER_REGS"}   # follow CONSUMERS, never mutated on their own
-FIXED = {"B_KMAJOR"}                            # the task's operand layout, not a tuning knob
-
-# (pattern in the diagnoses, knob, direction, weight)
-GUIDANCE: list[tuple[str, str, int, float]] = [
-    (r"latency|stall|long.?scoreboard|barrier wait|mbarrier|pipeline|tma.*(wait|starv)|producer", "STAGES", +1, 2.0),
-    (r"shared.?memory|smem|occupancy|blocks? per sm|too many resources", "STAGES", -1, 2.0),
-    (r"shared.?memory|smem|occupancy", "BK", -1, 1.0),
-    (r"tail|wave|quantization|idle sm|sm.*underutil|load.?imbalance", "BN", -1, 1.5),
-    (r"tail|wave|quantization|idle sm|sm.*underutil|load.?imbalance", "BM", -1, 1.0),
-    (r"dram|memory.?bound|bandwidth|l2.*(miss|hit)|reuse", "GROUP_M", +1, 1.5),
-    (r"dram|memory.?bound|bandwidth|l2.*(miss|hit)|multicast|reuse", "CLUSTER_M", +1, 1.5),
-    (r"compute.?bound|tensor.?(pipe|core).*(low|under)|wgmma.*(issue|small)|arithmetic intensity", "BN", +1, 1.5),
-    (r"compute.?bound|tensor.?(pipe|core).*(low|under)|arithmetic intensity", "BM", +1, 1.0),
-    (r"register|spill", "BM", -1, 1.5),
-    (r"register|spill", "CONSUMERS", +1, 1.0),
-]
-
-SMEM_LIMIT = 232448
-
-
-def gemm_rules(p: dict[str, int]) -> str | None:
-    """The Hopper GEMM template's documented rules (hopper_gemm.cu static_asserts); None if valid."""
-    c, bm, bn, bk, st = p.get("CONSUMERS", 2), p.get("BM", 128), p.get("BN", 128), p.get("BK", 64), p.get("STAGES", 4)
-    if c not in (1, 2):
-        return "CONSUMERS must be 1 or 2"
-    if bm > 256 or bm % (64 * c):
-        return "BM must be <= 256 and a multiple of 64*CONSUMERS"
-    if bn not in (64, 128, 192, 256) or bk not in (64, 128, 192, 256):
-        return "BN and BK must be in {64,128,192,256}"
-    if (bm // c // 64) * bn // 2 > 192:
-        return "too many accumulators per consumer thread"
-    if not 2 <= st <= 16 or 1024 + st * (bm * bk + bk * bn) * 2 + 16 * st > SMEM_LIMIT:
-        return "STAGES outside [2,16] or shared memory over 227 KB"
-    cm = p.get("CLUSTER_M", 1)
-    if cm not in (1, 2, 4) or (not p.get("B_KMAJOR") and (bn // 64) % cm):
-        return "CLUSTER_M must be 1, 2 or 4 and divide BN/64"
-    if p.get("B_KMAJOR", 0) not in (0, 1):
-        return "B_KMAJOR is 0 (B is K x N) or 1 (B is N x K)"
-    if p.get("B_KMAJOR") and (bn // cm) % 8:
-        return "BN/CLUSTER_M must be a multiple of 8"
-    if p.get("GROUP_M", 1) < 1:
-        return "GROUP_M must be >= 1"
-    pr, cr = p.get("PRODUCER_REGS", 40), p.get("CONSUMER_REGS", 232)
-    if pr % 8 or cr % 8 or not (24 <= pr <= 256 and 24 <= cr <= 256) or 128 * (pr + c * cr) > 65536:
-        return "register split invalid"
-    return None
-
-
-def _max_stages(p: dict[str, int]) -> int:
-    per = (p.get("BM", 128) * p.get("BK", 64) + p.get("BK", 64) * p.get("BN", 128)) * 2 + 16
-    return max(0, min(16, (SMEM_LIMIT - 1024) // per))
-
-
-def _fix_coupled(p: dict[str, int]) -> dict[str, int]:
-    q = dict(p)
-    if "STAGES" in q and {"BM", "BN", "BK"} <= set(q):
-        q["STAGES"] = min(q["STAGES"], _max_stages(q))
-    if {"CONSUMERS", "PRODUCER_REGS", "CONSUMER_REGS"} <= set(q):
-        pr = q["PRODUCER_REGS"]
-        q["CONSUMER_REGS"] = min(256, ((65536 // 128 - pr) // q["CONSUMERS"]) // 8 * 8)
-    return q
+# Step sizes for int knobs a template gives no ladder for: halve or double.
+_DEFAULT_STEP = 2
 
 
 class Template:
+    """A template module and what it says about its own search space. Only PARAMS and make_source are
+    required; the rest is optional and read from the module, so this policy knows no template's rules:
+
+    - ``validate(params) -> str | None``: why a combination is invalid (the kernel's static_asserts);
+    - ``repair(params) -> params``: fix knobs coupled to the one that moved (e.g. stages to fit memory);
+    - ``LADDERS``: {knob: [values]}; other int knobs halve or double;
+    - ``DERIVED``: {knob: what it follows}, knobs that never move on their own; ``FIXED``: set by the task;
+    - ``GUIDANCE``: [(regex over profiling diagnoses, knob, direction, weight)];
+    - ``extra_moves(params) -> [(knob, direction, params)]``: moves beyond one-knob steps.
+    """
+
     def __init__(self, module: ModuleType, name: str):
         self.module, self.name = module, name
         params = getattr(module, "PARAMS", None)
@@ -109,8 +50,16 @@ class Template:
             raise KernelProError(f"template {name} must define a PARAMS dict and make_source(params)")
         self.params: dict[str, Any] = dict(params)
         self.make_source: Callable[[dict], str] = make
-        self.validate: Callable[[dict], str | None] = getattr(module, "validate", None) or (
-            gemm_rules if {"BM", "BN", "BK", "STAGES"} <= set(params) else (lambda p: None))
+        self.validate: Callable[[dict], str | None] = getattr(module, "validate", None) or (lambda p: None)
+        self.repair: Callable[[dict], dict] = getattr(module, "repair", None) or dict
+        self.ladders: dict[str, list[Any]] = dict(getattr(module, "LADDERS", {}))
+        derived = getattr(module, "DERIVED", {})
+        # knob -> the knob(s) it follows; a plain list of names is accepted too
+        self.follows: dict[str, str] = dict(derived) if isinstance(derived, dict) else dict.fromkeys(derived, "other knobs")
+        self.derived: frozenset[str] = frozenset(self.follows)
+        self.fixed: frozenset[str] = frozenset(getattr(module, "FIXED", ()))
+        self.guidance: list[tuple[str, str, int, float]] = list(getattr(module, "GUIDANCE", ()))
+        self.extra_moves: Callable[[dict], list] = getattr(module, "extra_moves", None) or (lambda p: [])
 
 
 def load_template(task: Task, path: str | None = None) -> Template:
@@ -149,17 +98,16 @@ def params_of(source: str) -> dict[str, Any] | None:
     return None
 
 
-def _ladder(key: str, value: Any) -> list[int]:
-    if key in LADDERS:
-        lad = LADDERS[key]
+def _ladder(t: Template, key: str, value: Any) -> list[Any]:
+    if key in t.ladders:
+        lad = t.ladders[key]
         return lad if value in lad else sorted(set(lad + [value]))
     if isinstance(value, int) and value > 0:
-        return sorted({max(1, value // 2), value, value * 2})
+        return sorted({max(1, value // _DEFAULT_STEP), value, value * _DEFAULT_STEP})
     return [value]
 
 
-def moves(params: dict[str, Any], validate: Callable[[dict], str | None] = lambda p: None
-          ) -> list[tuple[str, int, dict[str, Any]]]:
+def moves(t: Template, params: dict[str, Any]) -> list[tuple[str, int, dict[str, Any]]]:
     """One-step neighbours: (knob, direction, new params), coupled knobs repaired, invalid ones skipped.
 
     "One step" is the nearest value along the knob's ladder that yields a valid configuration, so a
@@ -168,25 +116,22 @@ def moves(params: dict[str, Any], validate: Callable[[dict], str | None] = lambd
     out: list[tuple[str, int, dict[str, Any]]] = []
 
     def add(key: str, d: int, q: dict[str, Any]) -> bool:
-        if q != params and validate(q) is None and all(q != o[2] for o in out):
+        if q != params and t.validate(q) is None and all(q != o[2] for o in out):
             out.append((key, d, q))
             return True
         return False
 
     for key, value in params.items():
-        if key in DERIVED or key in FIXED or not isinstance(value, int) or isinstance(value, bool):
+        if key in t.derived or key in t.fixed or not isinstance(value, int) or isinstance(value, bool):
             continue
-        lad = _ladder(key, value)
+        lad = _ladder(t, key, value)
         i = lad.index(value)
         for d in (-1, +1):
             j = i + d
-            while 0 <= j < len(lad) and not add(key, d, _fix_coupled({**params, key: lad[j]})):
+            while 0 <= j < len(lad) and not add(key, d, t.repair({**params, key: lad[j]})):
                 j += d
-        if key == "STAGES" and {"BM", "BN", "BK"} <= set(params):   # the deepest pipeline that fits
-            add(key, +1, {**params, "STAGES": _max_stages(params)})
-    if {"BM", "BN"} <= set(params) and params["BM"] != params["BN"]:   # transpose the tile
-        add("BM", +1 if params["BN"] > params["BM"] else -1,
-            _fix_coupled({**params, "BM": params["BN"], "BN": params["BM"]}))
+    for key, d, q in t.extra_moves(params):
+        add(key, d, q)
     return out
 
 
@@ -206,15 +151,15 @@ class ParamPolicy:
         # The start is evaluated like any node: the search must beat it, not assume it.
         if self.start is not None:
             return Proposal(self.t.make_source(self.start),
-                            what=f"start ({describe(self.t.params, self.start)}) " + _short(self.start),
+                            what=f"start ({describe(self.t.params, self.start)}) " + _short(self.start, self.t.derived),
                             origin="policy", info={"params": self.start, "template": self.t.name})
-        return Proposal(self.t.make_source(self.t.params), what="template defaults " + _short(self.t.params),
+        return Proposal(self.t.make_source(self.t.params), what="template defaults " + _short(self.t.params, self.t.derived),
                         origin="policy", info={"params": self.t.params, "template": self.t.name})
 
     def weights(self, diagnoses: str) -> dict[tuple[str, int], float]:
         w: dict[tuple[str, int], float] = {}
         text = diagnoses.lower()
-        for pat, key, d, weight in GUIDANCE:
+        for pat, key, d, weight in self.t.guidance:
             if re.search(pat, text):
                 w[(key, d)] = w.get((key, d), 0.0) + weight
         return w
@@ -225,7 +170,7 @@ class ParamPolicy:
         diag = parent.outcome.diagnoses if parent.outcome else ""
         w = self.weights(diag)
         ranked = []
-        for key, d, q in moves(base, self.t.validate):
+        for key, d, q in moves(self.t, base):
             src = self.t.make_source(q)
             if source_hash(src) in ctx.seen:
                 continue
@@ -245,21 +190,23 @@ def start_params(t: Template, changes: dict[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(changes) - set(t.params))
     if unknown:
         raise KernelProError(f"--start: {', '.join(unknown)} not a parameter of {t.name} "
-                             f"(it has {', '.join(k for k in t.params if k not in DERIVED)})")
-    derived = sorted(set(changes) & DERIVED)
+                             f"(it has {', '.join(k for k in t.params if k not in t.derived)})")
+    derived = sorted(set(changes) & t.derived)
     if derived:
-        raise KernelProError(f"--start: {', '.join(derived)} follow(s) CONSUMERS; set CONSUMERS instead")
-    fixed = sorted(k for k in set(changes) & FIXED if changes[k] != t.params[k])
+        leaders = sorted({t.follows[k] for k in derived})
+        raise KernelProError(f"--start: {', '.join(derived)} follow(s) {', '.join(leaders)}; "
+                             f"set {', '.join(leaders)} instead")
+    fixed = sorted(k for k in set(changes) & t.fixed if changes[k] != t.params[k])
     if fixed:
         raise KernelProError(f"--start: {', '.join(fixed)} is fixed by the task's operand layout")
-    p = _fix_coupled({**t.params, **changes})
-    if "STAGES" in changes:   # asked for explicitly: judged by the rules below, not clamped to what fits
-        p["STAGES"] = changes["STAGES"]
+    p = t.repair({**t.params, **changes})
+    # Knobs asked for explicitly are judged by the rules below, not silently repaired away.
+    p.update({k: v for k, v in changes.items() if k not in t.derived})
     why = t.validate(p)
     if why:
         raise KernelProError(f"--start {describe(t.params, p)}: {why}")
     return p
 
 
-def _short(p: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in p.items() if k not in DERIVED)
+def _short(p: dict[str, Any], derived: frozenset[str] = frozenset()) -> str:
+    return " ".join(f"{k}={v}" for k, v in p.items() if k not in derived)

@@ -158,3 +158,90 @@ def make_source(params: dict) -> str:
         f"CUDA_SRC = r'''{src}'''\n\n"
         f"{body}"
     )
+
+
+# ---- search space, read by the LLM-free parameter policy (kernelpro.agent.policy_param) ----
+# The rules below mirror hopper_gemm.cu's static_asserts, so a search never spends a build on a
+# combination the kernel rejects.
+
+SMEM_LIMIT = 232448   # bytes of dynamic shared memory per block on sm_90a
+
+LADDERS = {
+    "BM": [64, 128, 192, 256],
+    "BN": [64, 128, 192, 256],
+    "BK": [64, 128],
+    "STAGES": [2, 3, 4, 5, 6, 7, 8],
+    "CONSUMERS": [1, 2],
+    "CLUSTER_M": [1, 2, 4],
+    "GROUP_M": [1, 2, 4, 8, 16],
+}
+DERIVED = {"PRODUCER_REGS": "CONSUMERS", "CONSUMER_REGS": "CONSUMERS"}   # knob -> what it follows
+FIXED = ("B_KMAJOR",)                          # the task's operand layout, not a tuning knob
+
+# (pattern in the profiling diagnoses, knob, direction, weight)
+GUIDANCE = [
+    (r"latency|stall|long.?scoreboard|barrier wait|mbarrier|pipeline|tma.*(wait|starv)|producer", "STAGES", +1, 2.0),
+    (r"shared.?memory|smem|occupancy|blocks? per sm|too many resources", "STAGES", -1, 2.0),
+    (r"shared.?memory|smem|occupancy", "BK", -1, 1.0),
+    (r"tail|wave|quantization|idle sm|sm.*underutil|load.?imbalance", "BN", -1, 1.5),
+    (r"tail|wave|quantization|idle sm|sm.*underutil|load.?imbalance", "BM", -1, 1.0),
+    (r"dram|memory.?bound|bandwidth|l2.*(miss|hit)|reuse", "GROUP_M", +1, 1.5),
+    (r"dram|memory.?bound|bandwidth|l2.*(miss|hit)|multicast|reuse", "CLUSTER_M", +1, 1.5),
+    (r"compute.?bound|tensor.?(pipe|core).*(low|under)|wgmma.*(issue|small)|arithmetic intensity", "BN", +1, 1.5),
+    (r"compute.?bound|tensor.?(pipe|core).*(low|under)|arithmetic intensity", "BM", +1, 1.0),
+    (r"register|spill", "BM", -1, 1.5),
+    (r"register|spill", "CONSUMERS", +1, 1.0),
+]
+
+
+def validate(p: dict) -> str | None:
+    """Why ``p`` breaks one of hopper_gemm.cu's rules (see the module docstring); None if valid."""
+    c, bm, bn, bk, st = p.get("CONSUMERS", 2), p.get("BM", 128), p.get("BN", 128), p.get("BK", 64), p.get("STAGES", 4)
+    if c not in (1, 2):
+        return "CONSUMERS must be 1 or 2"
+    if bm > 256 or bm % (64 * c):
+        return "BM must be <= 256 and a multiple of 64*CONSUMERS"
+    if bn not in (64, 128, 192, 256) or bk not in (64, 128, 192, 256):
+        return "BN and BK must be in {64,128,192,256}"
+    if (bm // c // 64) * bn // 2 > 192:
+        return "too many accumulators per consumer thread"
+    if not 2 <= st <= 16 or 1024 + st * (bm * bk + bk * bn) * 2 + 16 * st > SMEM_LIMIT:
+        return "STAGES outside [2,16] or shared memory over 227 KB"
+    cm = p.get("CLUSTER_M", 1)
+    if cm not in (1, 2, 4) or (not p.get("B_KMAJOR") and (bn // 64) % cm):
+        return "CLUSTER_M must be 1, 2 or 4 and divide BN/64"
+    if p.get("B_KMAJOR", 0) not in (0, 1):
+        return "B_KMAJOR is 0 (B is K x N) or 1 (B is N x K)"
+    if p.get("B_KMAJOR") and (bn // cm) % 8:
+        return "BN/CLUSTER_M must be a multiple of 8"
+    if p.get("GROUP_M", 1) < 1:
+        return "GROUP_M must be >= 1"
+    pr, cr = p.get("PRODUCER_REGS", 40), p.get("CONSUMER_REGS", 232)
+    if pr % 8 or cr % 8 or not (24 <= pr <= 256 and 24 <= cr <= 256) or 128 * (pr + c * cr) > 65536:
+        return "register split invalid"
+    return None
+
+
+def max_stages(p: dict) -> int:
+    """The deepest ring that fits shared memory for p's tile."""
+    per = (p.get("BM", 128) * p.get("BK", 64) + p.get("BK", 64) * p.get("BN", 128)) * 2 + 16
+    return max(0, min(16, (SMEM_LIMIT - 1024) // per))
+
+
+def repair(p: dict) -> dict:
+    """Coupled knobs after a move: stages clamped to what fits, the consumers' registers re-split."""
+    q = dict(p)
+    if "STAGES" in q and {"BM", "BN", "BK"} <= set(q):
+        q["STAGES"] = min(q["STAGES"], max_stages(q))
+    if {"CONSUMERS", "PRODUCER_REGS", "CONSUMER_REGS"} <= set(q):
+        pr = q["PRODUCER_REGS"]
+        q["CONSUMER_REGS"] = min(256, ((65536 // 128 - pr) // q["CONSUMERS"]) // 8 * 8)
+    return q
+
+
+def extra_moves(p: dict) -> list[tuple[str, int, dict]]:
+    """Beyond one-knob steps: the deepest pipeline that fits, and the transposed tile."""
+    out: list[tuple[str, int, dict]] = [("STAGES", +1, {**p, "STAGES": max_stages(p)})]
+    if p["BM"] != p["BN"]:
+        out.append(("BM", +1 if p["BN"] > p["BM"] else -1, repair({**p, "BM": p["BN"], "BN": p["BM"]})))
+    return out
