@@ -40,12 +40,11 @@ def _tasks_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _tasks_main(args: argparse.Namespace) -> int:
+    from kernelpro.suites.suite import get_suite, is_named
     from kernelpro.suites.task import load_suite
 
-    if args.suite == "kernelbench":
-        from kernelpro.suites.kernelbench import load_kernelbench
-
-        tasks = load_kernelbench(args.path, level=args.level)
+    if is_named(args.suite):
+        tasks = get_suite(args.suite).tasks(path=args.path, level=args.level)
     else:
         tasks = load_suite(args.suite)
     if args.level is not None:

@@ -68,3 +68,37 @@ def test_bad_meta_is_a_one_line_task_error(tmp_path, mutation, message):
     with pytest.raises(TaskError, match=message) as e:
         load_task(write(tmp_path, src))
     assert "\n" not in str(e.value) and "t.py" in str(e.value)
+
+
+def test_suites_are_told_apart_in_one_place(tmp_path):
+    """Stages ask the task's suite, never compare suite names: a KernelBench task reloads with
+    KernelBench's tolerances and refuses 'reference'; a folder suite finds <task>.py/.cu/.ptx."""
+    import pytest
+
+    from kernelpro.errors import KernelProError
+    from kernelpro.suites.suite import FolderSuite, KernelBenchSuite, get_suite
+
+    assert isinstance(get_suite("kernelbench"), KernelBenchSuite)
+    assert isinstance(get_suite("ptxbench"), FolderSuite) and isinstance(get_suite(None), FolderSuite)
+    lvl = tmp_path / "KernelBench" / "level1"
+    lvl.mkdir(parents=True)
+    (lvl / "1_Add.py").write_text(
+        "import torch\nimport torch.nn as nn\nN = 8\nclass Model(nn.Module):\n"
+        "    def forward(self, a, b):\n        return a + b\n"
+        "def get_inputs():\n    return [torch.randn(N), torch.randn(N)]\ndef get_init_inputs():\n    return []\n")
+    kb = get_suite("kernelbench")
+    (task,) = kb.tasks(path=str(tmp_path))
+    again = get_suite(task.suite).task_from_file(task.path)
+    assert again.tolerance == task.tolerance and again.tolerance["atol"] == 1e-4
+    with pytest.raises(KernelProError, match="ships no reference"):
+        kb.solution_for(task, "reference")
+    sol = tmp_path / "sol"
+    sol.mkdir()
+    (sol / "1_Add.py").write_text("x = 1\n")
+    assert kb.solution_for(task, str(sol)) == sol / "1_Add.py"
+    folder = FolderSuite("mine")
+    (sol / "vector_add.cu").write_text("")
+    t2 = type("T", (), {"name": "vector_add", "path": tmp_path / "tasks" / "vector_add.py"})()
+    assert folder.solution_for(t2, str(sol)) == sol / "vector_add.cu"
+    with pytest.raises(KernelProError, match="not a folder"):
+        folder.solution_for(t2, str(tmp_path / "nope"))

@@ -70,10 +70,10 @@ def _resolve_tasks(spec: str, names: list[str], kb_path: str | None = None,
     from kernelpro.suites.task import find_task, load_suite
 
     p = Path(spec)
-    if spec == "kernelbench":
-        from kernelpro.suites.kernelbench import load_kernelbench
+    from kernelpro.suites.suite import get_suite, is_named
 
-        tasks = load_kernelbench(kb_path, level=level)
+    if is_named(spec):
+        tasks = get_suite(spec).tasks(path=kb_path, level=level)
     elif p.suffix == ".py" and p.is_file():
         tasks = [find_task(spec)]
     elif p.is_dir() or "/" not in spec:
@@ -93,25 +93,9 @@ def _resolve_tasks(spec: str, names: list[str], kb_path: str | None = None,
 
 
 def _solution_path(task: Any, solutions: str) -> Path | None:
-    if task.suite == "kernelbench":
-        if solutions == "reference":
-            raise KernelProError("KernelBench ships no reference solutions; pass --solutions DIR")
-        from kernelpro.suites.kernelbench import find_solution
+    from kernelpro.suites.suite import get_suite
 
-        if not Path(solutions).is_dir():
-            raise KernelProError(f"--solutions {solutions}: not a folder of KernelBench solutions")
-        return find_solution(task, solutions)
-    if solutions == "reference":
-        base = task.path.parent.parent / "reference"
-    else:
-        base = Path(solutions)
-        if not base.is_dir():
-            raise KernelProError(f"--solutions {solutions}: not a folder; pass 'reference' or a folder of <task>.py files")
-    for ext in (".py", ".cu", ".ptx"):
-        p = base / f"{task.name}{ext}"
-        if p.is_file():
-            return p
-    return None
+    return get_suite(task.suite).solution_for(task, solutions)
 
 
 def _verify(task: Any, path: Path, arch: str) -> tuple[bool | None, dict[str, Any]]:

@@ -68,7 +68,7 @@ from kernelpro.harness.guards import (
 )
 from kernelpro.harness.job import EvalConfig
 from kernelpro.harness.timed import TimingStage
-from kernelpro.suites.task import Task, import_module_from, load_task
+from kernelpro.suites.task import Task, import_module_from
 
 _perf_counter = time.perf_counter
 
@@ -122,13 +122,9 @@ class Check:
 class Evaluator(CorrectnessChecks, TimingStage):
     def __init__(self, cfg: EvalConfig):
         self.cfg = cfg
-        if cfg.task_suite == "kernelbench":
-            # KernelBench files carry no META: its own tolerances come from the suite loader.
-            from kernelpro.suites.kernelbench import kernelbench_task
+        from kernelpro.suites.suite import get_suite
 
-            self.task: Task = kernelbench_task(cfg.task_path)
-        else:
-            self.task = load_task(cfg.task_path, suite=cfg.task_suite)
+        self.task: Task = get_suite(cfg.task_suite).task_from_file(cfg.task_path)
         self.device = cfg.device
         self.on_gpu = cfg.device.startswith("cuda")
         self.checks: dict[str, Check] = {}
