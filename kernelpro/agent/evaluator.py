@@ -59,7 +59,10 @@ class EvalOutcome:
 
 
 class Evaluator(Protocol):
-    """Anything that turns a candidate file into an outcome. Must not raise for a bad candidate."""
+    """Anything that turns a candidate file into an outcome. Must not raise for a bad candidate.
+    `times` says whether its outcomes carry measured times (what `optimize --confirm` needs)."""
+
+    times: bool
 
     def evaluate(self, task: Task, candidate_path: Path) -> EvalOutcome: ...
 
@@ -103,6 +106,8 @@ def reward(score: float | None, ok: bool) -> float:
 
 class StaticEvaluator:
     """Compile and statically verify a candidate for `arch` (kernelpro.static.verify), no execution."""
+
+    times = False
 
     def __init__(self, arch: str = "sm_90a", cache_dir: Path | None = None):
         self.arch, self.cache_dir = arch, cache_dir
@@ -185,6 +190,8 @@ class HarnessEvaluator:
     `feedback` chooses what the next expansion sees: 'advice' (profiling findings as expert advice),
     'raw' (the raw metrics), or 'none' (no profiling at all).
     """
+
+    times = True
 
     def __init__(self, arch: str = "sm_90a", feedback: str = "advice", baseline: str = "eager",
                  energy: bool = False, sizes: str = "all", timeout_s: float = 900.0, gpu: int | None = None,

@@ -125,6 +125,7 @@ class SearchResult:
     pruned: int
     stop_reason: str
     elapsed_s: float
+    interrupted: bool = False     # stopped by a failing LLM endpoint: the run can be resumed
 
 
 class Search:
@@ -140,6 +141,7 @@ class Search:
         self.rng = random.Random(config.seed)
         self.started = time.monotonic()
         self.stop_reason = ""
+        self.interrupted = False
         self._pending: dict[str, int] = {}
         self._reserved: set[str] = set()        # hashes proposed in the batch being made, not yet evaluated
         self._lock = threading.Lock()
@@ -369,7 +371,8 @@ class Search:
         return SearchResult(best=best, root=self.root, nodes=len(self.nodes),
                             failed=sum(1 for n in self.nodes.values() if not n.ok),
                             pruned=sum(1 for n in self.nodes.values() if n.status == "pruned"),
-                            stop_reason=self.stop_reason, elapsed_s=time.monotonic() - self.started)
+                            stop_reason=self.stop_reason, elapsed_s=time.monotonic() - self.started,
+                            interrupted=self.interrupted)
 
     def _select_batch(self, k: int) -> list[Node]:
         picked: list[Node] = []
@@ -417,6 +420,7 @@ class Search:
             if self._endpoint_errors >= self.cfg.max_endpoint_errors:
                 self.stop_reason = (f"LLM endpoint failed {self._endpoint_errors} times in a row "
                                     f"({prop.reason}); resume later with --resume {self.run_id}")
+                self.interrupted = True
                 return True
             if self._out_of_budget():
                 break

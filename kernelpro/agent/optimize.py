@@ -225,12 +225,12 @@ def _search(args: argparse.Namespace, console: Any, store: Any, run_id: int, tas
         u = llm.usage
         console.print(f"LLM: {u.calls} requests, {u.replies} replies, {u.failures} failed, {u.prompt_tokens} prompt + "
                       f"{u.completion_tokens} completion tokens" + (f", ${u.cost_usd:.2f}" if u.cost_usd else ""))
-    status = "interrupted" if "endpoint failed" in res.stop_reason else "done"
+    status = "interrupted" if res.interrupted else "done"
     if res.best is None:
         store.set_run_status(run_id, status)
         console.print("no working candidate found")
         return 1
-    if args.confirm and status == "done" and type(evaluator).__name__ != "HarnessEvaluator":
+    if args.confirm and status == "done" and not evaluator.times:
         console.print("--confirm needs the harness evaluator (a GPU, or --device cpu); skipped")
     elif args.confirm and status == "done":
         _confirm(args, console, store, run_id, task, res, workdir)
