@@ -1,12 +1,26 @@
-"""One timing method for every kernel the project reports, candidate and baselines alike.
+"""One timing method for every kernel the project reports, candidate and baselines alike, under two
+named protocols.
 
 On a GPU: CUDA events around each call, the L2 flushed before every repetition by zeroing a buffer much
 larger than L2 (as `triton.testing.do_bench` does), persisting-L2 limits reset first so the flush really
-flushes, warm-up until `warmup_ms` has passed, then enough repetitions to fill `rep_ms` (bounded). The
-functions being compared are *interleaved*: every round times each of them once, in a rotating order,
-so clock drift, thermal state and other tenants hit all of them alike. We report the median and the
-spread (quartiles, min, max), never a mean alone. Optionally each function is captured once in a CUDA
-graph and the replays are timed, which removes Python launch overhead for launch-bound problems.
+flushes. Before any timed call the GPU is brought to a steady state: the functions run, in rotation,
+until the SM clock and board power settle (`telemetry.settle`: a bounded criterion, recorded with its
+outcome). Then enough repetitions to fill `rep_ms` (bounded). We report the median and the spread
+(quartiles, min, max), never a mean alone. Optionally each function is captured once in a CUDA graph
+and the replays are timed, which removes Python launch overhead for launch-bound problems.
+
+Protocols (named in every stored timing):
+
+- `interleaved`: every round times each function once, in a rotating order, so clock, power, thermal
+  state and other tenants hit all of them alike. This is the A/B protocol (compare, the search): it
+  puts both sides at one clock, which also hides that one of them draws more power per clock.
+- `isolated`: each function alone, back to back, in windows alternated A B A B ... (`windows` per
+  function), so each runs at the clock its own power draw allows at the cap, and slow thermal drift
+  falls on every function alike. This is how PTXBench and KernelBench (and `do_bench`) time kernels:
+  throughput at the power cap. `bench` reports vendor ratios under both and headlines this one.
+
+NVML telemetry (clocks, power, temperature, throttle reasons, energy) is sampled over every timing
+window by a background thread (`telemetry.Sampler`); where NVML is missing the record says why.
 
 On the CPU (tests, machines without a GPU) the same loop runs with `time.perf_counter`; there is no cache
 flush there, and the result says so.
@@ -19,13 +33,27 @@ change what we measure (the evaluator also flags the patch).
 from __future__ import annotations
 
 import ctypes
+import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kernelpro.errors import KernelProError
+from kernelpro.harness.telemetry import (
+    DEFAULT_STEADY,
+    Nvml,
+    Sampler,
+    SteadyCriterion,
+    SteadyState,
+    Telemetry,
+    open_for_cuda,
+    settle,
+)
+
 _perf_counter = time.perf_counter
+PROTOCOLS = ("interleaved", "isolated")
 
 try:  # bound before any candidate import; torch is optional for the pure-stats helpers
     import torch as _torch
@@ -47,12 +75,13 @@ class TimingStats:
     mean_ms: float
     n: int
     method: str  # cuda_events | cuda_graph | perf_counter
+    protocol: str = "interleaved"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def summarize(samples_ms: list[float], method: str) -> TimingStats:
+def summarize(samples_ms: list[float], method: str, protocol: str = "interleaved") -> TimingStats:
     if not samples_ms:
         raise ValueError("no timing samples")
     s = sorted(samples_ms)
@@ -61,7 +90,7 @@ def summarize(samples_ms: list[float], method: str) -> TimingStats:
     else:
         q1, q3 = s[0], s[-1]
     return TimingStats(median_ms=statistics.median(s), q1_ms=q1, q3_ms=q3, iqr_ms=q3 - q1, min_ms=s[0],
-                       max_ms=s[-1], mean_ms=statistics.fmean(s), n=len(s), method=method)
+                       max_ms=s[-1], mean_ms=statistics.fmean(s), n=len(s), method=method, protocol=protocol)
 
 
 class L2Flusher:
@@ -110,6 +139,7 @@ def reset_persisting_l2() -> str:
     return "ok" if rc1 == 0 and rc2 == 0 else f"cudaDeviceSetLimit rc={rc1}, cudaCtxResetPersistingL2Cache rc={rc2}"
 
 
+
 def _capture_graph(fn: Callable[[], Any]) -> Callable[[], Any]:
     """Capture `fn` into a CUDA graph (after a warm-up on a side stream) and return its replay."""
     s = _torch.cuda.Stream()
@@ -125,79 +155,174 @@ def _capture_graph(fn: Callable[[], Any]) -> Callable[[], Any]:
     return g.replay
 
 
+@dataclass
+class TimingRun:
+    """One protocol's timing of several functions, with the telemetry of its windows."""
+    protocol: str
+    stats: dict[str, TimingStats]
+    telemetry: dict[str, Telemetry]      # interleaved: {"*": the one shared window}; isolated: by name
+    steady: SteadyState
+    order: list[str]                     # the window order (isolated) or the first round's order
+    notes: dict[str, str] = field(default_factory=dict)
+    reps: dict[str, int] = field(default_factory=dict)   # timed calls per function
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"protocol": self.protocol, "stats": {k: v.to_dict() for k, v in self.stats.items()},
+                "telemetry": {k: v.to_dict() for k, v in self.telemetry.items()}, "steady": self.steady.to_dict(),
+                "order": list(self.order), "notes": dict(self.notes), "reps": dict(self.reps)}
+
+
+def interleaved_schedule(names: list[str], reps: int) -> list[str]:
+    """Round i times every function once, starting at function i mod n (so none always goes first)."""
+    n = len(names)
+    return [names[(i + j) % n] for i in range(reps) for j in range(n)]
+
+
+def isolated_schedule(names: list[str], windows: int) -> list[str]:
+    """Window order: A B A B ... (each function `windows` times, alternating)."""
+    return [name for _ in range(windows) for name in names]
+
+
+def _rep_count(est_ms: float, rep_ms: float, min_reps: int, max_reps: int) -> int:
+    return int(max(min_reps, min(max_reps, rep_ms / max(est_ms, 1e-4))))
+
+
+class _Runner:
+    """The callables as timed (eager or graph replays), the L2 flush and the clock of one device."""
+
+    def __init__(self, fns: dict[str, Callable[[], Any]], device: str, flush_l2: bool, graphs: bool):
+        self.on_gpu = device.startswith("cuda")
+        self.notes: dict[str, str] = {}
+        self.run = dict(fns)
+        self.method = {k: "cuda_events" if self.on_gpu else "perf_counter" for k in fns}
+        if not self.on_gpu:
+            self.notes["*"] = "perf_counter on CPU; no cache flush"
+            self.flush: Callable[[], Any] = lambda: None
+            return
+        self.notes["l2_persisting_reset"] = reset_persisting_l2()
+        if graphs:
+            for name, fn in fns.items():
+                try:
+                    self.run[name] = _capture_graph(fn)
+                    self.method[name] = "cuda_graph"
+                except Exception as e:  # noqa: BLE001 - a function that cannot be captured is timed eagerly
+                    self.notes[name] = f"CUDA graph capture failed ({type(e).__name__}: {str(e)[:120]}); timed eagerly"
+                    _synchronize()
+        self.flush = L2Flusher(device) if flush_l2 else (lambda: None)
+
+    def sync(self) -> None:
+        if self.on_gpu:
+            _synchronize()
+
+    def estimate(self, warmup_ms: float) -> dict[str, float]:
+        """First calls (module load, JIT, handles) and a per-call time estimate in ms."""
+        est: dict[str, float] = {}
+        for name, fn in self.run.items():
+            fn()
+            self.sync()
+            t0 = _perf_counter()
+            n = 0
+            while n < 3 or (_perf_counter() - t0) * 1e3 < warmup_ms:
+                fn()
+                n += 1
+                if n >= 10000:
+                    break
+            self.sync()
+            est[name] = (_perf_counter() - t0) * 1e3 / n
+        return est
+
+    def burst(self, est: dict[str, float], burst_ms: float = 25.0) -> Callable[[], None]:
+        """A warm-up burst for `settle`: every function in turn for about `burst_ms`, then a sync."""
+        counts = {k: max(1, math.ceil(burst_ms / len(est) / max(v, 1e-4))) for k, v in est.items()}
+
+        def work() -> None:
+            for name, c in counts.items():
+                fn = self.run[name]
+                for _ in range(c):
+                    fn()
+            self.sync()
+        return work
+
+    def timed(self, seq: list[str]) -> dict[str, list[float]]:
+        """Time each call of `seq` (names in order), each after an L2 flush; samples in ms by name."""
+        out: dict[str, list[float]] = {k: [] for k in dict.fromkeys(seq)}
+        if not self.on_gpu:
+            for name in seq:
+                fn = self.run[name]
+                t0 = _perf_counter()
+                fn()
+                out[name].append((_perf_counter() - t0) * 1e3)
+            return out
+        pairs = [(_Event(enable_timing=True), _Event(enable_timing=True)) for _ in seq]
+        for i, (name, (s, e)) in enumerate(zip(seq, pairs, strict=True)):
+            self.flush()
+            s.record()
+            self.run[name]()
+            e.record()
+            if i % 64 == 63:
+                _synchronize()  # bound the queue so the CPU never runs far ahead of the events
+        _synchronize()
+        for name, (s, e) in zip(seq, pairs, strict=True):
+            out[name].append(s.elapsed_time(e))
+        return out
+
+
+def time_protocol(fns: dict[str, Callable[[], Any]], device: str = "cuda", protocol: str = "interleaved", *,
+                  warmup_ms: float = 25.0, rep_ms: float = 200.0, min_reps: int = 30, max_reps: int = 2000,
+                  flush_l2: bool = True, graphs: bool = False, windows: int = 4,
+                  steady: SteadyCriterion | None = DEFAULT_STEADY, nvml: Nvml | None | str = "auto",
+                  sample_period_s: float = 0.02) -> TimingRun:
+    """Time zero-argument callables under `protocol` (module doc), with steady state and telemetry.
+
+    `steady=None` skips the settle step (a fixed `warmup_ms` only); `nvml="auto"` opens the device's
+    NVML handle on a GPU (none on the CPU); tests pass a device object."""
+    if protocol not in PROTOCOLS:
+        raise KernelProError(f"timing protocol {protocol!r}: choose {' or '.join(PROTOCOLS)}")
+    if windows < 1:
+        raise KernelProError(f"isolated timing needs at least one window per function, not {windows}")
+    why = None
+    if nvml == "auto":
+        nvml, why = open_for_cuda(device)
+    elif isinstance(nvml, str):
+        raise KernelProError(f"timing: nvml={nvml!r}; pass 'auto', None or an NVML device")
+    dev: Nvml | None = None if isinstance(nvml, str) else nvml
+    r = _Runner(fns, device, flush_l2, graphs)
+    est = r.estimate(warmup_ms)
+    if steady is None:
+        st = settle(r.burst(est), None, fallback_s=warmup_ms / 1e3, reason="steady state not asked for")
+    else:   # bursts no longer than the sampling period, so the rolling window fills with samples
+        st = settle(r.burst(est, min(25.0, steady.period_s * 1e3)), dev, steady, fallback_s=warmup_ms / 1e3,
+                    reason=why)
+    names = list(r.run)
+    if protocol == "interleaved":
+        reps = _rep_count(max(est.values()), rep_ms, min_reps, max_reps)
+        sampler = Sampler(dev, sample_period_s, why)
+        with sampler:
+            samples = r.timed(interleaved_schedule(names, reps))
+        return TimingRun("interleaved", {k: summarize(v, r.method[k], "interleaved") for k, v in samples.items()},
+                         {"*": sampler.telemetry()}, st, names, r.notes, {k: reps for k in names})
+    reps_of = {k: max(1, math.ceil(_rep_count(est[k], rep_ms, min_reps, max_reps) / windows)) for k in names}
+    samplers = {k: Sampler(dev, sample_period_s, why) for k in names}
+    got: dict[str, list[float]] = {k: [] for k in names}
+    order = isolated_schedule(names, windows)
+    for name in order:
+        fn = r.run[name]
+        fn()   # one untimed call: the window starts with this function's own state, not the previous one's
+        r.sync()
+        with samplers[name]:
+            got[name] += r.timed([name] * reps_of[name])[name]
+    return TimingRun("isolated", {k: summarize(v, r.method[k], "isolated") for k, v in got.items()},
+                     {k: s.telemetry() for k, s in samplers.items()}, st, order, r.notes,
+                     {k: reps_of[k] * windows for k in names})
+
+
 def time_interleaved(fns: dict[str, Callable[[], Any]], device: str = "cuda", *, warmup_ms: float = 25.0,
                      rep_ms: float = 200.0, min_reps: int = 30, max_reps: int = 2000, flush_l2: bool = True,
                      graphs: bool = False) -> tuple[dict[str, TimingStats], dict[str, str]]:
-    """Time several zero-argument callables in one interleaved run; returns (stats by name, notes by name)."""
-    notes: dict[str, str] = {}
-    on_gpu = device.startswith("cuda")
-    if not on_gpu:
-        return _time_cpu(fns, warmup_ms, rep_ms, min_reps, max_reps), {"*": "perf_counter on CPU; no cache flush"}
-    notes["l2_persisting_reset"] = reset_persisting_l2()
-    run = dict(fns)
-    method = {k: "cuda_events" for k in fns}
-    if graphs:
-        for name, fn in fns.items():
-            try:
-                run[name] = _capture_graph(fn)
-                method[name] = "cuda_graph"
-            except Exception as e:  # noqa: BLE001 - a function that cannot be captured is timed eagerly
-                notes[name] = f"CUDA graph capture failed ({type(e).__name__}: {str(e)[:120]}); timed eagerly"
-                _synchronize()
-    flush = L2Flusher(device) if flush_l2 else (lambda: None)
-    # warm-up and a per-function estimate, so the slowest function fixes the repetition count
-    est: dict[str, float] = {}
-    for name, fn in run.items():
-        fn()
-        _synchronize()
-        t0 = _perf_counter()
-        n = 0
-        while n < 3 or (_perf_counter() - t0) * 1e3 < warmup_ms:
-            fn()
-            n += 1
-            if n >= 10000:
-                break
-        _synchronize()
-        est[name] = (_perf_counter() - t0) * 1e3 / n
-    reps = int(max(min_reps, min(max_reps, rep_ms / max(max(est.values()), 1e-4))))
-    names = list(run)
-    starts = {k: [_Event(enable_timing=True) for _ in range(reps)] for k in names}
-    ends = {k: [_Event(enable_timing=True) for _ in range(reps)] for k in names}
-    for i in range(reps):
-        for j in range(len(names)):
-            name = names[(i + j) % len(names)]  # rotate the order each round
-            flush()
-            starts[name][i].record()
-            run[name]()
-            ends[name][i].record()
-        if i % 64 == 63:
-            _synchronize()  # bound the queue so the CPU never runs far ahead of the events
-    _synchronize()
-    out = {k: summarize([s.elapsed_time(e) for s, e in zip(starts[k], ends[k], strict=True)], method[k])
-           for k in names}
-    return out, notes
-
-
-def _time_cpu(fns: dict[str, Callable[[], Any]], warmup_ms: float, rep_ms: float, min_reps: int,
-              max_reps: int) -> dict[str, TimingStats]:
-    est = {}
-    for name, fn in fns.items():
-        t0 = _perf_counter()
-        n = 0
-        while n < 2 or (_perf_counter() - t0) * 1e3 < warmup_ms:
-            fn()
-            n += 1
-        est[name] = (_perf_counter() - t0) * 1e3 / n
-    reps = int(max(min_reps, min(max_reps, rep_ms / max(max(est.values()), 1e-4))))
-    names = list(fns)
-    samples: dict[str, list[float]] = {k: [] for k in names}
-    for i in range(reps):
-        for j in range(len(names)):
-            name = names[(i + j) % len(names)]
-            t0 = _perf_counter()
-            fns[name]()
-            samples[name].append((_perf_counter() - t0) * 1e3)
-    return {k: summarize(v, "perf_counter") for k, v in samples.items()}
+    """The interleaved protocol without steady state or telemetry; returns (stats by name, notes)."""
+    run = time_protocol(fns, device, "interleaved", warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps,
+                        max_reps=max_reps, flush_l2=flush_l2, graphs=graphs, steady=None, nvml=None)
+    return run.stats, run.notes
 
 
 def time_one(fn: Callable[[], Any], device: str = "cuda", **kw: Any) -> TimingStats:
