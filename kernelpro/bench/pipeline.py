@@ -4,7 +4,7 @@ timing vs baselines, energy) and record everything in the run store.
     kernelpro bench ptxbench --solutions reference
     kernelpro bench SUITE_OR_TASK --solutions DIR [--task NAME ...] [--sizes shown|heldout|all]
         [--arch sm_90a] [--baselines eager,compile,vendor] [--graphs] [--sanitizer memcheck|racecheck]
-        [--energy] [--timeout S] [--resume RUN_ID] [--json] [--gpus N] [--device auto|cuda|cpu] [--ray]
+        [--no-energy] [--timeout S] [--resume RUN_ID] [--json] [--gpus N] [--device auto|cuda|cpu] [--ray]
 
 Without a GPU it still compiles and statically verifies every CUDA candidate for each --arch and says in
 one line what it skipped. Each candidate's records are committed as soon as they exist, so an
@@ -49,7 +49,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--graphs", action="store_true", help="time CUDA-graph replays (launch-bound problems)")
     p.add_argument("--sanitizer", choices=("memcheck", "racecheck"),
                    help="also run each candidate's correctness pass under compute-sanitizer")
-    p.add_argument("--energy", action="store_true", help="joules per call from NVML (>= 1 s windows)")
+    p.add_argument("--energy", action=argparse.BooleanOptionalAction, default=True,
+                   help="joules per call and J/TFLOP from NVML's energy counter beside every timing (default on; "
+                        "--no-energy skips the energy windows)")
     p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="wall-clock limit per candidate (s)")
     p.add_argument("--trials", type=int, default=3, help="fresh random seeds per size (default 3)")
     p.add_argument("--resume", type=int, metavar="RUN_ID", help="continue an interrupted bench run")
@@ -115,7 +117,10 @@ def _job(task: Any, cand: Any, args: argparse.Namespace, device: str, baselines:
     return Job(task_path=str(task.path), task_suite=task.suite, task_key=task.key,
                candidate_path=str(cand.path), candidate_hash=cand.hash, device=device,
                sizes=args.sizes, trials=args.trials, baselines=tuple(baselines), graphs=args.graphs,
-               energy=args.energy, timeout_s=args.timeout, check_only=False)
+               energy=args.energy, timeout_s=args.timeout, check_only=False,
+               # the headline is isolated (each kernel alone at the power cap, as PTXBench and KernelBench time
+               # kernels); interleaved (both sides at one clock) is stored beside it
+               protocols=("isolated", "interleaved"))
 
 
 def main(args: argparse.Namespace) -> int:

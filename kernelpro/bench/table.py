@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernelpro.harness.fidelity import fidelity_lines
+
 
 def features_cell(vers: list[dict[str, Any]]) -> tuple[str, bool | None]:
     parts = []
@@ -47,7 +49,8 @@ def build_report(store: Any, run_id: int, rows: dict[str, dict[str, Any]], archs
                              "reason": None, "detail": None, "time_ms": None, "baseline_ms": {}, "speedup": {},
                              "tflops": None, "gbps": None, "floor_ms": None, "energy_j": {}, "failed_checks": [],
                              "sanitizer": san[-1]["payload"].get("reason") if san else None,
-                             "executed_ok": None, "executed": {}, "correct_with_arch": None}
+                             "executed_ok": None, "executed": {}, "correct_with_arch": None,
+                             "protocol": None, "fidelity": []}
         primary = [v for v in vers if v["arch"] == (run_arch or archs[0])]
         if ev is None and primary and "compiled" in primary[-1]["payload"]:
             # No run (no GPU): the static nvcc compile for the primary target is the compile verdict.
@@ -63,7 +66,9 @@ def build_report(store: Any, run_id: int, rows: dict[str, dict[str, Any]], archs
                      speedup=ev.get("speedup") or {}, tflops=work.get("tflops"), gbps=work.get("gbps"),
                      floor_ms=work.get("floor_ms"),
                      energy_j={k: v.get("j_per_call") for k, v in (ev.get("energy") or {}).items()
-                               if isinstance(v, dict) and "j_per_call" in v})
+                               if isinstance(v, dict) and "j_per_call" in v},
+                     protocol=(ev.get("timing") or {}).get("protocol", "interleaved"),
+                     fidelity=fidelity_lines(ev, baselines=baselines))
             if san and san[-1]["payload"].get("reason") == "sanitizer":
                 r["correct"] = False
             ran_on = run_arch or evals[-1]["arch"]   # a re-read without the GPU: the arch it ran on
@@ -121,6 +126,7 @@ def print_report(console: Any, report: dict[str, Any], baselines: list[str]) -> 
     for row in rows:
         t.add_row(*[row[i] for i in keep])
     console.print(t)
+    print_fidelity(console, report)
     for n in report["notes"]:
         console.print(f"note: {n}", markup=False, highlight=False, soft_wrap=True)
     if report.get("skipped"):
@@ -135,3 +141,18 @@ def print_report(console: Any, report: dict[str, Any], baselines: list[str]) -> 
                   f"fast_1 {fmt_rate(fp.get('1'))}, fast_1.2 {fmt_rate(fp.get('1.2'))}, "
                   f"geomean {'-' if gm is None else f'{gm:.2f}x'} (n={s.get('geomean_n', 0)}); "
                   f"run id {report['run_id']}", markup=False, highlight=False, soft_wrap=True)
+
+
+def print_fidelity(console: Any, report: dict[str, Any]) -> None:
+    """Under the table: each task's ratios under both timing protocols, with the clocks, power and energy
+    they were measured at (the x columns above are the headline protocol's)."""
+    lines = [(r["task"].split("/")[-1], r) for r in report["rows"] if r.get("fidelity")]
+    if not lines:
+        return
+    heads = sorted({r["protocol"] for _, r in lines if r.get("protocol")})
+    console.print(f"timing protocols (x columns above: {', '.join(heads) or '-'}); SM clock, power, temperature "
+                  "and throttle reason are medians over each side's timing windows", markup=False, highlight=False,
+                  soft_wrap=True)
+    for name, r in lines:
+        for ln in r["fidelity"]:
+            console.print(f"  {name} {ln}", markup=False, highlight=False, soft_wrap=True)

@@ -6,7 +6,9 @@ interleaved loop (same process, same inputs, same clocks and L2 flushes) and rep
 Round r judges candidate r mod n in full (correctness at the sizes asked, anti-gaming checks, timing against
 the baseline) and loads the others as rivals: each must match the reference at the timing size and is then
 timed in the same loop. Rotating the judged candidate keeps process state and build order from favouring
-one of them. The figure reported is the per-round ratio ms(first) / ms(other), its median and its range.
+one of them. The figure reported is the per-round ratio ms(first) / ms(other), its median and its range,
+timed under the interleaved protocol (both sides at one clock), with the clock and power of each round;
+beside it, where NVML works, joules per call per round and the ratio J(first) / J(other).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelpro.errors import KernelProError
+from kernelpro.harness.telemetry import format_short
 from kernelpro.results.comparison import Comparison, add_round
 
 
@@ -111,11 +114,25 @@ def render(cmp: Comparison, baseline: str = "eager") -> Any:
     t.add_column(f"{baseline} ms", justify="right")
     for lab in cmp.labels[1:]:
         t.add_column(f"ratio {lab}", justify="right")
+    energy = any(v for e in cmp.energy for v in e.values())
+    if energy:
+        for lab in cmp.labels:
+            t.add_column(f"{lab} mJ", justify="right")
+        for lab in cmp.labels[1:]:
+            t.add_column(f"J ratio {lab}", justify="right")
+    t.add_column("SM MHz / W (interleaved)")
     first = cmp.labels[0]
-    for k, (row, judged, b) in enumerate(zip(cmp.rounds, cmp.judged, cmp.baseline_ms, strict=True), 1):
+    energies = cmp.energy or [{} for _ in cmp.rounds]
+    tels = cmp.telemetry or [{} for _ in cmp.rounds]
+    for k, (row, judged, b, e, tel) in enumerate(zip(cmp.rounds, cmp.judged, cmp.baseline_ms, energies, tels,
+                                                     strict=True), 1):
         cells = [str(k), judged] + [f"{row[lab]:.4f}" if row.get(lab) else "-" for lab in cmp.labels]
         cells.append(f"{b:.4f}" if b else "-")
         cells += [f"{row[first] / row[lab]:.3f}" if row.get(first) and row.get(lab) else "-" for lab in cmp.labels[1:]]
+        if energy:
+            cells += [f"{e[lab] * 1e3:.4g}" if e.get(lab) else "-" for lab in cmp.labels]
+            cells += [f"{e[first] / e[lab]:.3f}" if e.get(first) and e.get(lab) else "-" for lab in cmp.labels[1:]]
+        cells.append(format_short(tel.get("*")))
         t.add_row(*cells)
     summ = cmp.summary()
     cells = ["median", ""] + [f"{s['median_ms']:.4f}" if s["median_ms"] else "-" for s in summ]
@@ -123,6 +140,11 @@ def render(cmp: Comparison, baseline: str = "eager") -> Any:
     cells.append(f"{statistics.median(bs):.4f}" if bs else "-")
     cells += [f"{s['ratio_median']:.3f} [{s['ratio_min']:.3f}, {s['ratio_max']:.3f}]" if s["ratio_median"] else "-"
               for s in summ[1:]]
+    if energy:
+        cells += [f"{s['j_per_call_median'] * 1e3:.4g}" if s["j_per_call_median"] else "-" for s in summ]
+        cells += [f"{s['energy_ratio_median']:.3f} [{s['energy_ratio_min']:.3f}, {s['energy_ratio_max']:.3f}]"
+                  if s["energy_ratio_median"] else "-" for s in summ[1:]]
+    cells.append("")
     t.add_row(*cells)
     t.caption = "; ".join(cmp.notes) if cmp.notes else None
     return t

@@ -52,8 +52,10 @@ def classify_exception(e: BaseException) -> tuple[str, str]:
 
 def _namespaces() -> dict[str, Any]:
     import kernelpro.harness.checks as ck
+    import kernelpro.harness.energy as en
     import kernelpro.harness.evaluate as me
     import kernelpro.harness.guards as gd
+    import kernelpro.harness.telemetry as tl
     import kernelpro.harness.tensors as tn
     import kernelpro.harness.timed as td
     import kernelpro.harness.timing as tm
@@ -63,7 +65,8 @@ def _namespaces() -> dict[str, Any]:
               "torch.cuda": torch.cuda, "torch.cuda.Event": torch.cuda.Event, "torch.cuda.Stream": torch.cuda.Stream,
               "time": time, "builtins": builtins, "gc": gc, "threading": threading, "kernelpro.harness.evaluate": me,
               "kernelpro.harness.timing": tm, "kernelpro.harness.guards": gd, "kernelpro.harness.tensors": tn,
-              "kernelpro.harness.checks": ck, "kernelpro.harness.timed": td, "json": json, "os": os}
+              "kernelpro.harness.checks": ck, "kernelpro.harness.timed": td,
+              "kernelpro.harness.telemetry": tl, "kernelpro.harness.energy": en, "json": json, "os": os}
     if hasattr(torch._C, "_CudaEventBase"):
         spaces["torch._C._CudaEventBase"] = torch._C._CudaEventBase
     if "triton.testing" in sys.modules:
@@ -72,6 +75,7 @@ def _namespaces() -> dict[str, Any]:
 
 
 _TIMER_SPACES = {"time", "torch.cuda.Event", "torch._C._CudaEventBase", "kernelpro.harness.timing", "kernelpro.harness.timed",
+                 "kernelpro.harness.telemetry", "kernelpro.harness.energy",
                  "triton.testing"}
 _TIMER_NAMES = {"synchronize", "Event", "current_stream", "default_stream", "elapsed_time", "perf_counter",
                 "do_bench"}

@@ -29,7 +29,12 @@ class EvalConfig:
     timing: bool = True
     baselines: tuple[str, ...] = ("eager",)
     graphs: bool = False
-    energy: bool = False
+    energy: bool = True          # joules per call from NVML beside every GPU timing (opt out)
+    # Timing protocols (kernelpro.harness.timing), the first is the headline: interleaved for A/B
+    # (compare, the search), isolated first for suite figures (bench).
+    protocols: tuple[str, ...] = ("interleaved",)
+    windows: int = 4             # isolated: windows per function, alternated A B A B
+    steady: bool = True          # warm up until SM clock and power settle before timing
     ceilings: dict[str, float] = field(default_factory=dict)
     warmup_ms: float = 25.0
     rep_ms: float = 200.0
@@ -47,6 +52,12 @@ class EvalConfig:
         if isinstance(self.baselines, str) or not all(isinstance(b, str) for b in self.baselines):
             raise KernelProError(f"job: baselines must be a list of names, not {self.baselines!r}")
         object.__setattr__(self, "baselines", tuple(self.baselines))
+        if isinstance(self.protocols, str) or not self.protocols or any(
+                p not in ("interleaved", "isolated") for p in self.protocols) or len(set(self.protocols)) != len(self.protocols):
+            raise KernelProError(f"job: protocols must name interleaved and/or isolated once each, not {self.protocols!r}")
+        object.__setattr__(self, "protocols", tuple(self.protocols))
+        if self.windows < 1:
+            raise KernelProError(f"job: windows must be at least 1, not {self.windows}")
         for r in self.rivals:
             if set(r) != RIVAL_KEYS:
                 raise KernelProError(f"job: a rival needs exactly the keys {sorted(RIVAL_KEYS)}, got {sorted(r)}")
@@ -79,6 +90,7 @@ class Job(EvalConfig):
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["baselines"] = list(self.baselines)
+        d["protocols"] = list(self.protocols)
         d["rivals"] = [dict(r) for r in self.rivals]
         return d
 

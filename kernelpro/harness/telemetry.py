@@ -277,17 +277,19 @@ class Sampler:
 
 @dataclass(frozen=True)
 class SteadyCriterion:
-    """Settled when, over the last `window_s`, both the SM clock's and the board power's spread
-    ((max - min) / median) are at most `tol`, and at least `min_s` has passed; give up after `max_s`."""
-    tol: float = 0.03
-    window_s: float = 1.0
+    """Settled when the medians of the SM clock and of the board power over the last `window_s` differ
+    from those over the `window_s` before it by at most `tol` (relative), and at least `min_s` has
+    passed; give up after `max_s`. Medians of consecutive windows, not the spread inside one: at the
+    power cap the clock jitters by several percent around a level that no longer moves."""
+    tol: float = 0.02
+    window_s: float = 0.5
     min_s: float = 1.0
-    max_s: float = 10.0
+    max_s: float = 8.0
     period_s: float = 0.05
 
     def describe(self) -> str:
-        return (f"SM clock and board power within {self.tol:.0%} (max-min over median) over the last "
-                f"{self.window_s:g} s, after at least {self.min_s:g} s, at most {self.max_s:g} s")
+        return (f"median SM clock and board power of the last {self.window_s:g} s within {self.tol:.0%} of the "
+                f"{self.window_s:g} s before, after at least {self.min_s:g} s, at most {self.max_s:g} s")
 
 
 @dataclass(frozen=True)
@@ -296,9 +298,11 @@ class SteadyState:
     settled: bool | None        # None: no telemetry, a fixed warm-up was run instead
     seconds: float
     outcome: str                # one line
-    sm_mhz: float | None = None
+    sm_mhz: float | None = None     # medians over the last window
     power_w: float | None = None
-    sm_spread: float | None = None
+    sm_drift: float | None = None   # |median(last) - median(before)| / median(before)
+    power_drift: float | None = None
+    sm_spread: float | None = None  # (max - min) / median within the last window
     power_spread: float | None = None
     temp_c: float | None = None
 
@@ -314,6 +318,10 @@ class SteadyState:
 DEFAULT_STEADY = SteadyCriterion()
 
 
+def _drift(a: Stat | None, b: Stat | None) -> float | None:
+    return abs(a.median - b.median) / b.median if a and b and b.median else None
+
+
 def settle(work: Callable[[], None], nvml: Nvml | None, crit: SteadyCriterion = DEFAULT_STEADY,
            fallback_s: float = 0.025, reason: str | None = None) -> SteadyState:
     """Call `work` (a short burst that returns when its GPU work is done) until the criterion holds.
@@ -327,7 +335,7 @@ def settle(work: Callable[[], None], nvml: Nvml | None, crit: SteadyCriterion = 
                            outcome=f"no telemetry ({reason or 'no NVML'}): fixed warm-up of {fallback_s * 1e3:g} ms")
     samples: list[Sample] = []
     last = -1e9
-    spreads: tuple[Stat | None, Stat | None] = (None, None)
+    state: tuple[list[Sample], list[Sample]] = ([], [])
     while True:
         work()
         now = _now()
@@ -335,26 +343,35 @@ def settle(work: Callable[[], None], nvml: Nvml | None, crit: SteadyCriterion = 
             samples.append(nvml.read())
             last = now
         elapsed = now - t0
-        recent = [s for s in samples if s.t_s >= now - crit.window_s]
-        covered = len(recent) >= 3 and recent[-1].t_s - recent[0].t_s >= 0.8 * crit.window_s
-        if covered:
-            spreads = (Stat.of([s.sm_mhz for s in recent]), Stat.of([s.power_w for s in recent]))
-            ok = all(st is not None and st.spread <= crit.tol for st in spreads)
-            if ok and elapsed >= crit.min_s:
-                return _steady(crit, True, elapsed, f"settled after {elapsed:.2f} s", spreads, recent)
+        w = crit.window_s
+        recent = [s for s in samples if s.t_s >= now - w]
+        before = [s for s in samples if now - 2 * w <= s.t_s < now - w]
+        if len(recent) >= 2 and len(before) >= 2 and elapsed >= 2 * w:
+            state = (recent, before)
+            d_sm = _drift(Stat.of([s.sm_mhz for s in recent]), Stat.of([s.sm_mhz for s in before]))
+            d_pw = _drift(Stat.of([s.power_w for s in recent]), Stat.of([s.power_w for s in before]))
+            if d_sm is not None and d_pw is not None and d_sm <= crit.tol and d_pw <= crit.tol \
+                    and elapsed >= crit.min_s:
+                return _steady(crit, True, elapsed, f"settled after {elapsed:.2f} s", state)
         if elapsed >= crit.max_s:
-            sm, pw = spreads
-            what = (f"SM clock spread {sm.spread:.1%}, power spread {pw.spread:.1%}" if sm and pw
-                    else "too few samples")
-            return _steady(crit, False, elapsed, f"not settled after {elapsed:.2f} s ({what})", spreads,
-                           recent or samples[-3:])
+            if not state[0]:
+                return _steady(crit, False, elapsed, f"not settled after {elapsed:.2f} s (too few samples)",
+                               (samples[-2:], []))
+            r, b = state
+            d_sm = _drift(Stat.of([s.sm_mhz for s in r]), Stat.of([s.sm_mhz for s in b]))
+            d_pw = _drift(Stat.of([s.power_w for s in r]), Stat.of([s.power_w for s in b]))
+            return _steady(crit, False, elapsed, f"not settled after {elapsed:.2f} s (SM clock drift {d_sm:.1%}, "
+                           f"power drift {d_pw:.1%} between the last two windows)", state)
 
 
 def _steady(crit: SteadyCriterion, settled: bool, seconds: float, outcome: str,
-            spreads: tuple[Stat | None, Stat | None], recent: list[Sample]) -> SteadyState:
-    sm, pw = spreads
+            state: tuple[list[Sample], list[Sample]]) -> SteadyState:
+    recent, before = state
+    sm, pw = Stat.of([s.sm_mhz for s in recent]), Stat.of([s.power_w for s in recent])
     return SteadyState(criterion={**asdict(crit), "rule": crit.describe()}, settled=settled, seconds=seconds,
                        outcome=outcome, sm_mhz=sm.median if sm else None, power_w=pw.median if pw else None,
+                       sm_drift=_drift(sm, Stat.of([s.sm_mhz for s in before])),
+                       power_drift=_drift(pw, Stat.of([s.power_w for s in before])),
                        sm_spread=sm.spread if sm else None, power_spread=pw.spread if pw else None,
                        temp_c=statistics.median([s.temp_c for s in recent]) if recent else None)
 

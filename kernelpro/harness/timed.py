@@ -1,5 +1,6 @@
-"""The timing stage: candidate, baselines and rivals timed interleaved, the last timed output and a
-fresh-seed recheck judged, and the speed-of-light floor."""
+"""The timing stage: candidate, baselines and rivals timed under the protocols the job names
+(`timing`: interleaved and/or isolated, each after a steady-state warm-up and with NVML telemetry), the
+last timed output and a fresh-seed recheck judged, the speed-of-light floor, and energy per call."""
 
 from __future__ import annotations
 
@@ -52,22 +53,37 @@ class TimingStage:
                 notes[b] = f"unavailable: {type(e).__name__}: {str(e)[:120]}"
         rivals = self._rivals(mod, model_seed, inputs, ref_model, notes)
         fns.update(rivals)
+        steady = _timing.DEFAULT_STEADY if cfg.steady else None
+        runs: dict[str, Any] = {}
         try:
-            stats, tnotes = _timing.time_interleaved(fns, self.device, warmup_ms=cfg.warmup_ms, rep_ms=cfg.rep_ms,
-                                                     graphs=cfg.graphs)
+            for proto in cfg.protocols:
+                runs[proto] = _timing.time_protocol(fns, self.device, proto, warmup_ms=cfg.warmup_ms,
+                                                    rep_ms=cfg.rep_ms, graphs=cfg.graphs, windows=cfg.windows,
+                                                    steady=steady)
         except BaseException as e:  # noqa: BLE001
             name, detail = classify_exception(e)
             raise CandidateFailure(name, f"during timing: {detail}") from None
-        notes.update(tnotes)
-        self.result["timing"] = {"size": size, "stats": {k: v.to_dict() for k, v in stats.items()}, "notes": notes,
-                                 "l2_flush": self.on_gpu, "graphs": cfg.graphs}
+        # The first protocol asked for is the headline (speedup, rivals); every protocol is stored.
+        head = runs[cfg.protocols[0]]
+        stats = head.stats
+        notes.update(head.notes)
+        by_proto: dict[str, Any] = {}
+        for proto, run in runs.items():
+            c = run.stats["candidate"].median_ms
+            by_proto[proto] = {**run.to_dict(), "speedup": {k: v.median_ms / c for k, v in run.stats.items()
+                                                            if k != "candidate" and k not in rivals and c > 0}}
+        self.result["timing"] = {"size": size, "protocol": head.protocol, "stats": {k: v.to_dict() for k, v in stats.items()},
+                                 "notes": notes, "l2_flush": self.on_gpu, "graphs": cfg.graphs,
+                                 "telemetry": by_proto[head.protocol]["telemetry"],
+                                 "steady": by_proto[head.protocol]["steady"]}
+        self.result["protocols"] = by_proto
         cm = stats["candidate"].median_ms
-        self.result["speedup"] = {k: v.median_ms / cm for k, v in stats.items()
-                                  if k != "candidate" and k not in rivals and cm > 0}
+        self.result["speedup"] = by_proto[head.protocol]["speedup"]
         if rivals:
-            # ratio > 1: the candidate is faster than that rival in this same interleaved run
+            # ratio > 1: the candidate is faster than that rival in this same run
             self.result["rivals"] = {k: {"path": next(r["path"] for r in cfg.rivals if r["label"] == k),
-                                         "ratio": stats[k].median_ms / cm if cm > 0 else None}
+                                         "ratio": stats[k].median_ms / cm if cm > 0 else None,
+                                         "protocol": head.protocol}
                                      for k in rivals}
         self._check_identity(before, "timing")
         self._check_precision(policy, "timing")
@@ -96,11 +112,14 @@ class TimingStage:
         if cfg.energy and self.on_gpu:
             from kernelpro.harness.energy import measure_energy
 
+            est = (runs.get("isolated") or head).stats
             try:
-                self.result["energy"] = measure_energy(fns, {k: v.median_ms for k, v in stats.items()},
-                                                       torch.cuda.current_device())
+                self.result["energy"] = measure_energy(fns, {k: v.median_ms for k, v in est.items()}, self.device,
+                                                       flops=self.task.work(size)[0] or None)
             except Exception as e:  # noqa: BLE001 - NVML missing or refused: say so, keep the run
-                self.result["energy"] = {"error": f"{type(e).__name__}: {e}"[:200]}
+                self.result["energy"] = {"error": f"{type(e).__name__}: {e}"[:200], "protocol": "isolated"}
+        elif cfg.energy:
+            self.result["energy"] = {"error": f"device {self.device}: no NVML energy counter", "protocol": "isolated"}
 
     def _rivals(self, mod: Any, model_seed: int, inputs: list[Any], ref_model: Any,
                 notes: dict[str, str]) -> dict[str, Any]:

@@ -17,6 +17,8 @@ class Comparison:
     judged: list[str] = field(default_factory=list)                       # the fully judged label per round
     baseline_ms: list[float | None] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    energy: list[dict[str, float | None]] = field(default_factory=list)   # label -> J per call in that round
+    telemetry: list[dict[str, Any]] = field(default_factory=list)          # per round: protocol, "*" and steady
 
     @property
     def disqualified(self) -> set[str]:
@@ -30,16 +32,29 @@ class Comparison:
             return []
         return [r[first] / r[label] for r in self.rounds if r.get(first) and r.get(label)]
 
+    def energy_ratios(self, label: str) -> list[float]:
+        """J(first) / J(label) per round where both were measured: > 1 means `label` uses less energy."""
+        first = self.labels[0]
+        if {first, label} & self.disqualified:
+            return []
+        return [e[first] / e[label] for e in self.energy if e.get(first) and e.get(label)]
+
     def summary(self) -> list[dict[str, Any]]:
         rows = []
         for lab, path in zip(self.labels, self.paths, strict=True):
             ms = [] if lab in self.disqualified else [r[lab] for r in self.rounds if r.get(lab)]
             rat = self.ratios(lab)
+            js = [] if lab in self.disqualified else [e[lab] for e in self.energy if e.get(lab)]
+            erat = self.energy_ratios(lab)
             rows.append({"label": lab, "path": path, "rounds": len(ms), "disqualified": lab in self.disqualified,
                          "median_ms": statistics.median(ms) if ms else None,
                          "ratio_median": statistics.median(rat) if rat else None,
                          "ratio_min": min(rat) if rat else None, "ratio_max": max(rat) if rat else None,
-                         "faster_in": sum(1 for x in rat if x > 1.0)})
+                         "faster_in": sum(1 for x in rat if x > 1.0),
+                         "j_per_call_median": statistics.median(js) if js else None,
+                         "energy_ratio_median": statistics.median(erat) if erat else None,
+                         "energy_ratio_min": min(erat) if erat else None,
+                         "energy_ratio_max": max(erat) if erat else None})
         return rows
 
     def to_dict(self) -> dict[str, Any]:
@@ -62,6 +77,17 @@ def add_round(cmp: Comparison, r: int, judged: str, rec: dict[str, Any], baselin
         detail = str(rec.get("detail") or "")
         cmp.notes.append(f"round {r + 1}: {judged} failed: {rec.get('reason')}: "
                          f"{detail.splitlines()[0][:160] if detail else ''}")
+    en = rec.get("energy") or {}
+    joules: dict[str, float | None] = {lab: None for lab in cmp.labels}
+    if rec.get("ok") and isinstance(en.get("candidate"), dict):
+        joules[judged] = en["candidate"].get("j_per_call")
+        for lab in cmp.labels:
+            if isinstance(en.get(f"rival:{lab}"), dict):
+                joules[lab] = en[f"rival:{lab}"].get("j_per_call")
+    timing = rec.get("timing") or {}
+    cmp.energy.append(joules)
+    cmp.telemetry.append({"protocol": timing.get("protocol", "interleaved"), **(timing.get("telemetry") or {}),
+                          "steady": (timing.get("steady") or {}).get("outcome")})
     cmp.rounds.append(got)
     cmp.judged.append(judged)
     cmp.baseline_ms.append((stats.get(baseline) or {}).get("median_ms"))
