@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from kernelpro.harness.compare import render
-from kernelpro.harness.fidelity import fidelity_lines, protocols
 from kernelpro.harness.telemetry import Stat, Telemetry
 from kernelpro.results.comparison import Comparison, add_round
+from kernelpro.results.fidelity import fidelity_lines, protocols
 
 
 def _tel(mhz: float, watts: float) -> dict:
@@ -58,3 +58,29 @@ def test_fidelity_lines_name_each_protocol_its_ratio_and_clocks():
     assert list(protocols(old)) == ["interleaved"]
     assert fidelity_lines(old)[0].startswith("interleaved: x eager 2.000 | -")
     assert fidelity_lines({"energy": {"error": "no NVML"}}) == ["energy: no NVML"]
+
+
+def test_report_shows_protocols_energy_and_traces(tmp_path):
+    import re
+    import xml.etree.ElementTree as ET
+
+    from kernelpro.report.html import render
+    from kernelpro.results.facts import load_run
+    from kernelpro.results.store import Store
+
+    s = Store(tmp_path / "r.db")
+    run = s.new_run("bench", "ptxbench", {})
+    cid = s.add_candidate(run, "ptxbench/gemm_bf16", "src", origin="reference")
+    rec = _rec(1.06, 1.0, 1.00, 1.0)
+    for side in ("candidate", "vendor"):
+        rec["protocols"]["isolated"]["telemetry"][side]["trace"] = [[0.0, 1980, 400, 50], [0.5, 1485, 690, 62],
+                                                                    [1.0, 1455, 695, 63]]
+    s.record("evaluations", cid, True, rec)
+    html = render([load_run(s, run)], str(s.path))
+    section = html[html.index("Measurement conditions"):]
+    assert "x vendor 0.940" in section and "candidate: 1410 MHz 695 W 63C pwrcap" in section
+    assert "1000 mJ/call (1.2 J/TFLOP" in section and "bound 2.0%" in section
+    traces = re.findall(r'<svg class="plot (power|clock)".*?</svg>', section, re.S)
+    assert traces == ["power", "clock"]
+    for m in re.findall(r"<svg\b.*?</svg>", section, re.S):
+        ET.fromstring(m)

@@ -21,6 +21,7 @@ from kernelpro.harness.telemetry import (
     settle,
 )
 from kernelpro.harness.timing import interleaved_schedule, isolated_schedule, time_protocol
+from kernelpro.results.fidelity import format_line
 
 
 class Board:
@@ -116,7 +117,7 @@ def test_missing_nvml_is_a_reason_not_a_crash(monkeypatch):
         pass
     t = s.telemetry()
     assert not t.available and t.reason == why
-    assert telemetry.format_line(t).startswith("telemetry: unavailable (NVML unavailable")
+    assert format_line(t.to_dict()).startswith("telemetry: unavailable (NVML unavailable")
 
 
 def test_sampler_thread_statistics_and_energy(monkeypatch):
@@ -141,6 +142,9 @@ def test_sampler_thread_statistics_and_energy(monkeypatch):
     # 650 W for ~0.12 s, counter refreshed every 5 ms
     assert tel.energy_j == pytest.approx(650 * tel.seconds, rel=0.15)
     assert tel.power_limit_w == 700 and len(tel.trace) <= telemetry.TRACE_POINTS + 1
+    line = format_line(tel.to_dict())
+    assert line.startswith(f"SM {statistics.median(got_sm):.0f} MHz [1410-1980]") and "of 700 W cap" in line
+    assert "sw_power_cap" in line and "sw_thermal" in line
     rt = Telemetry.from_dict(tel.to_dict())
     assert rt == tel
     with pytest.raises(KernelProError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernelpro.harness.fidelity import fidelity_lines
+from kernelpro.results.fidelity import fidelity_lines
 
 
 def features_cell(vers: list[dict[str, Any]]) -> tuple[str, bool | None]:

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from kernelpro.errors import KernelProError
-from kernelpro.harness.telemetry import format_short
 from kernelpro.results.comparison import Comparison, add_round
+from kernelpro.results.fidelity import format_short
 
 
 def _labels(paths: list[Path], given: str | None) -> list[str]:

@@ -23,6 +23,7 @@ from typing import Any
 from kernelpro.errors import KernelProError
 from kernelpro.report.svg import esc, svg_heatmap, svg_histogram, svg_lines, svg_tree
 from kernelpro.results.facts import RunView, fast_p, geomean, load_run, verdict
+from kernelpro.results.fidelity import format_short
 
 # ------------------------------------------------------------------------------------------------
 # HTML
@@ -153,10 +154,79 @@ def comparison_rounds_table(c: Any) -> str:
     foot = ([_td("median"), _td("")] + [_td(f"{s['median_ms']:.4f}" if s["median_ms"] else "-", True) for s in summ]
             + [_td(f"{s['ratio_median']:.3f} [{s['ratio_min']:.3f}, {s['ratio_max']:.3f}]" if s["ratio_median"]
                    else "-", True) for s in summ[1:]])
+    if any(v for e in c.energy for v in e.values()):   # joules per call per round, and J(first) / J(x)
+        head += [f"{lab} mJ/call" for lab in c.labels] + [f"J({first}) / J({lab})" for lab in c.labels[1:]]
+        for i, e in enumerate(c.energy):
+            extra = [_td(f"{e[lab] * 1e3:.4g}" if e.get(lab) else "-", True) for lab in c.labels]
+            extra += [_td(f"{e[first] / e[lab]:.3f}" if e.get(first) and e.get(lab) else "-", True)
+                      for lab in c.labels[1:]]
+            rows[i] = rows[i][:-len("</tr>")] + "".join(extra) + "</tr>"
+        foot += [_td(f"{s['j_per_call_median'] * 1e3:.4g}" if s["j_per_call_median"] else "-", True) for s in summ]
+        foot += [_td(f"{s['energy_ratio_median']:.3f} [{s['energy_ratio_min']:.3f}, {s['energy_ratio_max']:.3f}]"
+                     if s["energy_ratio_median"] else "-", True) for s in summ[1:]]
     notes = "".join(f"<li>{esc(n)}</li>" for n in c.notes)
     return ('<div class="scroll"><table><thead><tr>' + "".join(f"<th>{esc(h)}</th>" for h in head)
             + "</tr></thead><tbody>" + "".join(rows) + "</tbody><tfoot><tr>" + "".join(foot) + "</tr></tfoot></table>"
             + (f'<ul class="muted">{notes}</ul>' if notes else "") + "</div>")
+
+
+def telemetry_section(view: RunView, max_plots: int = 4) -> str:
+    """How each best candidate was timed: per protocol the ratio, each side's clock, power, temperature
+    and throttle reason, the steady-state outcome, energy per call and per TFLOP; then power and SM
+    clock traces of the isolated windows (each side's own) for the first `max_plots` tasks."""
+    rows, plots = [], []
+    for task, f in view.best.items():
+        for proto, run in f.protocols.items():
+            tel = run.get("telemetry") or {}
+            sides = "; ".join(f"{k}: {format_short(v)}" for k, v in tel.items())
+            ratios = ", ".join(f"x {b} {v:.3f}" for b, v in (run.get("speedup") or {}).items()) or "-"
+            rows.append("<tr>" + _td(task.split("/", 1)[-1]) + _td(proto) + _td(ratios) + _td(sides or "-")
+                        + _td((run.get("steady") or {}).get("outcome", "-")) + "</tr>")
+        sides_e = [(k, v) for k, v in f.energy.items() if isinstance(v, dict) and v.get("j_per_call")]
+        if sides_e or f.energy.get("error"):
+            m = f.energy.get("method") or {}
+            txt = ", ".join(f"{k} {v['j_per_call'] * 1e3:.4g} mJ/call"
+                            + (f" ({v['j_per_tflop']:.3g} J/TFLOP, {v.get('avg_watts') or 0:.0f} W)"
+                               if v.get("j_per_tflop") else "") for k, v in sides_e) or f.energy.get("error", "")
+            rows.append("<tr>" + _td(task.split("/", 1)[-1]) + _td("energy") + _td(txt)
+                        + _td(f"windows of {m.get('window_s', 0):g} s, bound {m['bound']:.1%}" if m.get("bound")
+                              else m.get("rule", "-")) + _td("") + "</tr>")
+        iso = (f.protocols.get("isolated") or {}).get("telemetry") or {}
+        if iso and len(plots) < max_plots:
+            power = {k: [(p[0], p[2]) for p in v.get("trace", [])] for k, v in iso.items() if v.get("trace")}
+            clock = {k: [(p[0], p[1]) for p in v.get("trace", [])] for k, v in iso.items() if v.get("trace")}
+            if power:
+                name = task.split("/", 1)[-1]
+                plots += [svg_lines(power, f"{name}: board power, isolated windows", "s", "W", width=420,
+                                    height=240, klass="plot power"),
+                          svg_lines(clock, f"{name}: SM clock, isolated windows", "s", "MHz", width=420,
+                                    height=240, klass="plot clock")]
+    if not rows:
+        return '<p class="muted">no telemetry recorded (runs before it existed, or no GPU)</p>'
+    head = ["task", "protocol", "ratio / energy", "clock, power, temperature, throttle (medians)", "steady state"]
+    return ('<div class="scroll"><table><thead><tr>' + "".join(f"<th>{esc(h)}</th>" for h in head)
+            + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>"
+            + (f'<div class="plots">{"".join(plots)}</div>' if plots else ""))
+
+
+def comparison_traces(c: Any) -> str:
+    """Power and SM clock over each compare round's interleaved window, and J/call per round."""
+    power = {f"round {k}": [(p[0], p[2]) for p in (t.get("*") or {}).get("trace", [])]
+             for k, t in enumerate(c.telemetry, 1) if (t.get("*") or {}).get("trace")}
+    clock = {f"round {k}": [(p[0], p[1]) for p in (t.get("*") or {}).get("trace", [])]
+             for k, t in enumerate(c.telemetry, 1) if (t.get("*") or {}).get("trace")}
+    energy = {lab: [(k, e[lab] * 1e3) for k, e in enumerate(c.energy, 1) if e.get(lab)] for lab in c.labels}
+    energy = {k: v for k, v in energy.items() if v}
+    parts = []
+    if power:
+        parts += [svg_lines(power, "board power per round (interleaved window)", "s", "W", width=420, height=240,
+                            klass="plot power"),
+                  svg_lines(clock, "SM clock per round (interleaved window)", "s", "MHz", width=420, height=240,
+                            klass="plot clock")]
+    if energy:
+        parts.append(svg_lines(energy, "energy per call by round (isolated windows)", "round", "mJ/call",
+                               width=420, height=240, klass="plot energy"))
+    return f'<div class="plots">{"".join(parts)}</div>' if parts else ""
 
 
 def fast_p_series(views: list[RunView]) -> dict[str, list[tuple[float, float]]]:
@@ -202,8 +272,9 @@ def render(views: list[RunView], db_path: str = "") -> str:
                   "<h3>Feature usage</h3>", f'<div class="scroll">{svg_heatmap(v)}</div>']
         if v.run["kind"] == "optimize" or v.nodes:
             parts += ["<h3>Search tree</h3>", f'<div class="scroll">{svg_tree(v)}</div>']
+        parts += ["<h3>Measurement conditions (protocols, telemetry, energy)</h3>", telemetry_section(v)]
         for c in v.comparisons:
-            parts += ["<h3>Side by side in one worker</h3>", comparison_rounds_table(c)]
+            parts += ["<h3>Side by side in one worker</h3>", comparison_rounds_table(c), comparison_traces(c)]
     parts.append("</body></html>")
     return "\n".join(parts)
 

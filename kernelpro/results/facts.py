@@ -9,6 +9,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelpro.results.fidelity import protocols
+
 # Verdicts, in the order a candidate meets the checks. Fixit uses the same names for its categories.
 VERDICTS = ("compile_error", "missing_feature", "wrong_output", "flagged", "slow", "pass", "pending")
 BASELINE_ORDER = ("cublas", "cudnn", "eager", "torch", "compile", "torch_compile", "reference")
@@ -41,6 +43,9 @@ class Facts:
     energy_j: float | None = None
     baseline_energy_j: float | None = None
     timings: dict[str, Any] = field(default_factory=dict)
+    # How it was timed: {protocol: stored run (stats, speedup, telemetry, steady)} and the energy record
+    protocols: dict[str, Any] = field(default_factory=dict)
+    energy: dict[str, Any] = field(default_factory=dict)
     stage: str = ""
     reason: str = ""
     compile_log: str = ""
@@ -185,6 +190,8 @@ def candidate_facts(store: Any, cand: dict[str, Any]) -> Facts:
                 if isinstance(en.get(k), dict) and f.baseline_energy_j is None:
                     f.baseline_energy_j = en[k].get("j_per_call")
         f.timings = p.get("timings") if isinstance(p.get("timings"), dict) else {}
+        f.protocols = protocols(p)
+        f.energy = en if isinstance(en, dict) else {}
         f.stage, f.reason = stage, _text(_first(p, "reason", "error", default=""))
         if p.get("detail"):
             f.reason = f"{f.reason}: {p['detail']}" if f.reason else str(p["detail"])

@@ -17,7 +17,7 @@ COLUMNS=160 timeout 150 python3 -m kernelpro bench ptxbench --task gemm_bf16 --a
     --executed off --sizes shown --trials 1 --db "$DB" 2>&1 | tail -n 14
 python3 - "$DB" "$OUT" <<'PY'
 import json, sys
-from kernelpro.harness.fidelity import fidelity_lines
+from kernelpro.results.fidelity import fidelity_lines
 from kernelpro.report.html import write_report
 from kernelpro.results.store import Store
 st = Store(sys.argv[1])
