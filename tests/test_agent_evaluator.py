@@ -44,6 +44,10 @@ def test_objectives():
     assert objective_score(o, "mix", 0.0) == pytest.approx(1.25)
     assert objective_score(EvalOutcome(True, speedup=2.0), "energy") == 2.0  # no energy measured: speed
     assert objective_score(EvalOutcome(False, speedup=2.0), "speed") is None
+    # below the speed floor an energy score is cut steeply; above it, and for speed, it is untouched
+    assert objective_score(o, "energy", min_speedup=1.2) == pytest.approx(1.5)
+    assert objective_score(o, "energy", min_speedup=1.25 / 0.98) == pytest.approx(1.5 * 0.98 ** 20)
+    assert objective_score(o, "speed", min_speedup=2.0) == 1.25
 
 
 def test_harness_evaluator_without_gpu_is_a_failed_outcome(tmp_path):

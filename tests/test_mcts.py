@@ -228,3 +228,30 @@ def test_a_parallel_batch_never_spends_two_nodes_on_one_kernel(env, strategy):
     rid, s, res = run(task, store, tmp, strategy, budget=13, parallel=4)
     sources = [n.source for n in s.nodes.values()]
     assert len(sources) == 13 and len(set(sources)) == 13
+
+
+class PowerEvaluator:
+    """Energy vs speed on the grid: x saves joules by slowing down (2% speed for 6% energy per step);
+    y saves 4% energy per step at no speed cost up to y = 3. The start (0, 0) is 1.0x, 1.0 J."""
+
+    def evaluate(self, task, path):
+        p = ast.literal_eval(Path(path).read_text().split("=", 1)[1])
+        speed = 1.0 * 0.98 ** p["x"] * (1.0 if p["y"] <= 3 else 0.9)
+        joules = 0.94 ** p["x"] * 0.96 ** min(p["y"], 3)
+        return EvalOutcome(True, speedup=speed, energy_j=joules, baseline_energy_j=1.0, stage="ok")
+
+
+@pytest.mark.parametrize("floor", [None, 0.02])
+def test_energy_objective_respects_the_speed_floor(env, floor):
+    task, store, tmp_path = env
+    rid = store.new_run("optimize", "t", {})
+    s = Search(task, GridPolicy(), PowerEvaluator(), store, rid,
+               SearchConfig(strategy="greedy", budget_nodes=40, objective="energy", max_slowdown=floor,
+                            workdir=tmp_path / f"e{floor}"))
+    best = s.run().best
+    o = best.outcome
+    if floor is None:
+        assert o.speedup < 0.9    # nothing stops it trading speed for joules
+    else:
+        assert o.speedup >= 0.98 * 1.0 - 1e-9 and o.baseline_energy_j / o.energy_j > 1.10
+        assert s.speed_floor() == pytest.approx(0.98)

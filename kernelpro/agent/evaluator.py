@@ -67,14 +67,29 @@ class Evaluator(Protocol):
     def evaluate(self, task: Task, candidate_path: Path) -> EvalOutcome: ...
 
 
-def objective_score(o: EvalOutcome, objective: str = "speed", energy_weight: float = 0.5) -> float | None:
+SLOWDOWN_PENALTY = 20.0   # exponent of (speedup / floor) below the speed floor: 2% under it costs a third
+
+
+def objective_score(o: EvalOutcome, objective: str = "speed", energy_weight: float = 0.5,
+                    min_speedup: float | None = None) -> float | None:
     """Higher is better; 1.0 is parity with the baseline. None when the outcome has no measurement.
 
     energy: baseline energy / candidate energy per call; mix: speedup^(1-w) * energy_ratio^w
-    (a weighted geometric mean, so neither term can hide a collapse of the other).
+    (a weighted geometric mean, so neither term can hide a collapse of the other). With `min_speedup`
+    (the search sets it from the start and --max-slowdown), an energy or mix score of a candidate
+    slower than that floor is multiplied by (speedup / floor)^SLOWDOWN_PENALTY, so saving joules by
+    running slower ranks below a configuration that keeps the speed.
     """
     if not o.ok:
         return None
+    score = _objective(o, objective, energy_weight)
+    if (score is not None and objective != "speed" and min_speedup and o.speedup is not None
+            and o.speedup < min_speedup):
+        score *= (o.speedup / min_speedup) ** SLOWDOWN_PENALTY
+    return score
+
+
+def _objective(o: EvalOutcome, objective: str, energy_weight: float) -> float | None:
     eratio = (o.baseline_energy_j / o.energy_j
               if o.energy_j and o.baseline_energy_j and o.energy_j > 0 else None)
     if objective == "energy":

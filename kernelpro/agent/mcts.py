@@ -105,6 +105,8 @@ class SearchConfig:
     budget_seconds: float | None = None
     objective: str = "speed"
     energy_weight: float = 0.5
+    # energy / mix: a candidate more than this fraction slower than the start is penalised (None: no floor)
+    max_slowdown: float | None = None
     c_uct: float = 0.4
     c_pw: float = 1.5
     alpha: float = 0.5
@@ -164,6 +166,13 @@ class Search:
         if not oks:
             return self.root if self.root is not None and self.root.ok else None
         return max(oks, key=lambda n: (n.score if n.score is not None else float("-inf"), -int(n.key[1:])))
+
+    def speed_floor(self) -> float | None:
+        """The slowest speedup an energy or mix objective accepts unpenalised: the start's, less max_slowdown."""
+        r = self.root
+        if self.cfg.max_slowdown is None or r is None or r.outcome is None or r.outcome.speedup is None:
+            return None
+        return r.outcome.speedup * (1 - self.cfg.max_slowdown)
 
     def seconds_left(self) -> float | None:
         b = self.cfg.budget_seconds
@@ -292,7 +301,7 @@ class Search:
         if outcome is None:   # no candidate came back (LLM reply unusable)
             outcome = EvalOutcome(False, reason=prop.reason or "no candidate", stage="generate")
         n.outcome = outcome
-        n.score = objective_score(outcome, self.cfg.objective, self.cfg.energy_weight)
+        n.score = objective_score(outcome, self.cfg.objective, self.cfg.energy_weight, self.speed_floor())
         n.status = "open" if outcome.ok else "failed"
         if prop.source is not None:
             self.seen.add(source_hash(prop.source))

@@ -14,7 +14,7 @@ from typing import Any
 from kernelpro.errors import KernelProError
 
 # Stored with the run so --resume rebuilds the same search.
-RESUMABLE = ("task", "policy", "search", "objective", "energy_weight", "arch", "feedback", "hw_docs", "patterns",
+RESUMABLE = ("task", "policy", "search", "objective", "energy_weight", "max_slowdown", "arch", "feedback", "hw_docs", "patterns",
              "evaluator", "template", "seed", "model", "base_url", "protocol", "turns", "target_speedup",
              "variants", "repeats", "parallel", "baseline", "sizes", "energy", "device", "start", "confirm")
 
@@ -32,6 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--budget-seconds", type=float, help="wall-time cap for the whole search")
     g.add_argument("--objective", choices=("speed", "energy", "mix"), default="speed")
     g.add_argument("--energy-weight", type=float, default=0.5, help="weight of energy in --objective mix")
+    g.add_argument("--max-slowdown", type=float, default=0.02, metavar="FRACTION",
+                   help="--objective energy/mix: candidates more than this fraction slower than the start are "
+                        "penalised steeply (default 0.02; a negative value turns the floor off)")
     g.add_argument("--parallel", type=int, default=1, help="expansions per batch; their builds overlap")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--resume", type=int, metavar="RUN_ID", help="continue a stored optimize run")
@@ -212,7 +215,9 @@ def _search(args: argparse.Namespace, console: Any, store: Any, run_id: int, tas
         hw = _hw_context(arch, args.hw_docs, args.patterns) if (args.hw_docs or args.patterns) else ""
         policy = LLMPolicy(llm, task, arch, hw_context=hw, feedback=args.feedback, index=index)
     cfg = SearchConfig(strategy=args.search, budget_nodes=args.budget_nodes, budget_seconds=args.budget_seconds,
-                       objective=args.objective, energy_weight=args.energy_weight, parallel=max(1, args.parallel),
+                       objective=args.objective, energy_weight=args.energy_weight,
+                       max_slowdown=args.max_slowdown if args.max_slowdown is not None and args.max_slowdown >= 0
+                       else None, parallel=max(1, args.parallel),
                        seed=args.seed, arch=arch, workdir=workdir)
     with Progress(console, llm=llm, enabled=not args.quiet) as progress:
         search = Search(task, policy, evaluator, store, run_id, cfg, on_progress=progress)
