@@ -51,3 +51,18 @@ def test_timer_bound_before_candidate_patches():
     finally:
         time.perf_counter = real
     assert stats["f"].median_ms > 0.5
+
+
+def test_repetitions_are_sized_from_warm_calls_not_the_first_slow_ones():
+    # a function whose first calls are slow (lazy init, a cold thread pool) must still fill rep_ms
+    from kernelpro.harness.timing import time_protocol
+
+    n = [0]
+
+    def f():
+        n[0] += 1
+        if n[0] <= 3:
+            time.sleep(0.02)
+
+    run = time_protocol({"f": f}, "cpu", "isolated", warmup_ms=1, rep_ms=20, min_reps=8, max_reps=400, windows=2)
+    assert run.reps["f"] == 400

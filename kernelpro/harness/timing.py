@@ -222,13 +222,18 @@ class _Runner:
             self.sync()
             t0 = _perf_counter()
             n = 0
-            while n < 3 or (_perf_counter() - t0) * 1e3 < warmup_ms:
+            each: list[float] = []
+            while n < 10 or (_perf_counter() - t0) * 1e3 < warmup_ms:
+                t1 = _perf_counter()
                 fn()
+                each.append(_perf_counter() - t1)
                 n += 1
                 if n >= 10000:
                     break
             self.sync()
-            est[name] = (_perf_counter() - t0) * 1e3 / n
+            # GPU: calls are asynchronous, so the mean over the synchronised loop; CPU: the median call,
+            # which a descheduled moment on a shared machine does not inflate
+            est[name] = ((_perf_counter() - t0) / n if self.on_gpu else statistics.median(each)) * 1e3
         return est
 
     def burst(self, est: dict[str, float], burst_ms: float = 25.0) -> Callable[[], None]:
@@ -293,6 +298,9 @@ def time_protocol(fns: dict[str, Callable[[], Any]], device: str = "cuda", proto
     else:   # bursts no longer than the sampling period, so the rolling window fills with samples
         st = settle(r.burst(est, min(25.0, steady.period_s * 1e3)), dev, steady, fallback_s=warmup_ms / 1e3,
                     reason=why)
+    # The first estimate can carry first-call costs (lazy init, a cold clock): size the run from one
+    # taken at steady state.
+    est = r.estimate(min(warmup_ms, 10.0))
     names = list(r.run)
     if protocol == "interleaved":
         reps = _rep_count(max(est.values()), rep_ms, min_reps, max_reps)
