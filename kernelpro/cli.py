@@ -12,7 +12,6 @@ import sys
 from collections.abc import Callable
 
 from rich.console import Console
-from rich.table import Table
 
 from kernelpro import __version__
 from kernelpro.errors import KernelProError
@@ -41,7 +40,8 @@ def _tasks_arguments(p: argparse.ArgumentParser) -> None:
 
 def _tasks_main(args: argparse.Namespace) -> int:
     from kernelpro.suites.suite import get_suite, is_named
-    from kernelpro.suites.task import load_suite
+    from kernelpro.suites.task import load_suite, reference_solution
+    from kernelpro.tables import Col, print_table
 
     if is_named(args.suite):
         tasks = get_suite(args.suite).tasks(path=args.path, level=args.level)
@@ -49,16 +49,21 @@ def _tasks_main(args: argparse.Namespace) -> int:
         tasks = load_suite(args.suite)
     if args.level is not None:
         tasks = [t for t in tasks if t.level == args.level]
-    table = Table(title=f"{args.suite}: {len(tasks)} tasks")
-    for col in ("task", "lvl", "dtype", "baseline", "sm_90a features", "sm_100a features", "sizes s/h"):
-        table.add_column(col)
-    for t in tasks:
-        table.add_row(t.name + (" *" if t.headline else ""), str(t.level), t.dtype, t.baseline,
-                      ", ".join(t.requested_features("sm_90a")), ", ".join(t.requested_features("sm_100a")),
-                      f"{len(t.shown_sizes)}/{len(t.heldout_sizes)}")
-    console.print(table)
+        if not tasks:
+            raise KernelProError(f"{args.suite} has no level-{args.level} tasks; drop --level to list them all")
+    refs = {t.key: (reference_solution(t) if t.suite != "kernelbench" else None) for t in tasks}
+    n_ref = sum(p is not None for p in refs.values())
+    cols = [Col("task", ident=True), Col("lvl"), Col("ref"), Col("dtype"), Col("baseline"), Col("sizes s/h"),
+            Col("sm_90a features"), Col("sm_100a features")]
+    rows = [[t.name + (" *" if t.headline else ""), str(t.level), "yes" if refs[t.key] else "-", t.dtype, t.baseline,
+             f"{len(t.shown_sizes)}/{len(t.heldout_sizes)}", ", ".join(t.requested_features("sm_90a")) or "-",
+             ", ".join(t.requested_features("sm_100a")) or "-"] for t in tasks]
+    print_table(console, f"{args.suite}: {len(tasks)} tasks, {n_ref} with a reference solution", cols, rows)
     if any(t.headline for t in tasks):
         console.print("* headline task (PTXBench's published set)")
+    if n_ref:
+        console.print("ref: the suite ships a reference solution (`kernelpro bench SUITE --solutions reference` "
+                      "runs those)", highlight=False)
     return 0
 
 
@@ -67,14 +72,13 @@ def _doctor_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _doctor_main(args: argparse.Namespace) -> int:
+    from kernelpro.tables import Col, print_table
     from kernelpro.toolchain import doctor_rows
 
-    table = Table(title=f"kernelpro {__version__}: environment")
-    for col in ("component", "status", "detail"):
-        table.add_column(col)
-    for name, status, detail in doctor_rows():
-        table.add_row(name, f"[green]{status}[/]" if status == "ok" else f"[yellow]{status}[/]", detail)
-    console.print(table)
+    rows = [[name, f"[green]{status}[/]" if status == "ok" else f"[yellow]{status}[/]", detail]
+            for name, status, detail in doctor_rows()]
+    print_table(console, f"kernelpro {__version__}: environment",
+                [Col("component", ident=True), Col("status", inline=True), Col("detail", ident=True)], rows)
     return 0
 
 

@@ -27,3 +27,8 @@ def cache_root() -> Path:
 def cache_dir(kind: str) -> Path:
     """One subfolder of the cache root per kind of cached thing (compile, torch_extensions, codesearch)."""
     return cache_root() / kind
+
+
+def reports_dir(db: Path) -> Path:
+    """Where `kernelpro report` writes its pages by default: a `reports` folder beside the run store."""
+    return Path(db).resolve().parent / "reports"

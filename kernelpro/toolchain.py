@@ -144,3 +144,37 @@ def doctor_rows() -> list[tuple[str, str, str]]:
     except Exception as e:  # noqa: BLE001 - any NVML failure means the same thing here
         rows.append(("nvml", "missing", f"disables energy measurement ({type(e).__name__})"))
     return rows
+
+
+def demangle(names: list[str]) -> dict[str, str]:
+    """C++ kernel names as written (`void gemm<128>(float*)`), by c++filt or the CUDA toolkit's cu++filt;
+    a name no tool can demangle (or any name, with neither tool found) maps to itself."""
+    mangled = [n for n in names if n.startswith("_Z")]
+    out = {n: n for n in names}
+    tool = find_tool("cu++filt") or find_tool("c++filt")
+    if not mangled or tool is None:
+        return out
+    try:
+        p = subprocess.run([str(tool)], input="\n".join(mangled) + "\n", capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return out
+    lines = p.stdout.splitlines()
+    if p.returncode == 0 and len(lines) == len(mangled):
+        out.update({m: d.strip() or m for m, d in zip(mangled, lines, strict=True)})
+    return out
+
+
+def short_kernel_name(demangled: str) -> str:
+    """`void ns::gemm<128, 64>(float const*, int)` -> `ns::gemm<128, 64>`: the name without its return type
+    and parameter list (those stay in --json)."""
+    s = demangled.strip()
+    if s.endswith(")"):
+        depth = 0
+        for i in range(len(s) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(s[i], 0)
+            if depth == 0:
+                s = s[:i]
+                break
+    if s.startswith("void "):
+        s = s[5:]
+    return s

@@ -20,7 +20,7 @@ TRUSTED_LAUNCHES = {
     "isolation.py": "probes `true` under each isolation tool",
     "static/compile.py": "nvcc/ptxas on source text (no candidate code runs)",
     "static/sass.py": "cuobjdump/nvdisasm on a cubin",
-    "toolchain.py": "`TOOL --version`",
+    "toolchain.py": "`TOOL --version`, and c++filt on kernel names",
     "profile/collect.py": "ncu --query/--import and the report reader on a finished report",
 }
 SPAWNERS = {("subprocess", n) for n in ("run", "Popen", "call", "check_call", "check_output", "getoutput",

@@ -18,7 +18,7 @@ from kernelpro.static.verify import (
     CudaSource,
     cmd_verify,
     extract_sources,
-    render_report,
+    print_report,
     verify,
     verify_task_candidate,
 )
@@ -186,10 +186,17 @@ def test_render_report(reports):
     from rich.console import Console
 
     console = Console(width=200, record=True)
-    console.print(render_report(reports["wgmma90"]))
+    print_report(console, reports["wgmma90"], verbose=True)
     text = console.export_text()
     assert "compile FAILED" in text and "declared, not emitted" in text and "k_wgmma_fp8" in text
     assert "not supported on .target 'sm_90'" in text
+    # without --verbose: the cause on the first line, the errors once each, no tables
+    console = Console(width=80, record=True)
+    print_report(console, reports["wgmma90"])
+    short = console.export_text()
+    first = short.replace("\n", " ").split("kernel.ptx")[0]
+    assert "compile FAILED" in first and "wgmma" in first and "declared, not emitted" not in short
+    assert "cannot be compiled for architecture" not in short and "--verbose shows" in short
 
 
 def test_extract_sources_py_reading_a_sibling_file(tmp_path):

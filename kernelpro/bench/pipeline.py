@@ -18,11 +18,19 @@ import dataclasses
 import json
 import os
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from kernelpro.bench.table import build_report, print_report
+from kernelpro.bench.table import (
+    build_report,
+    device_label,
+    no_gpu_line,
+    print_report,
+    skipped_note,
+    start_line,
+    verified_line,
+)
 from kernelpro.errors import KernelProError
 from kernelpro.harness.job import Job
 
@@ -131,14 +139,16 @@ def main(args: argparse.Namespace) -> int:
     from kernelpro.suites.candidate import load_candidate
     from kernelpro.toolchain import gpus, no_gpu_reason
 
-    # Logs and pipes get a table wide enough to read, not rich's 80-column default.
-    console = Console(stderr=args.json, width=None if sys.stdout.isatty() else 160)
+    # Tables fit the terminal, or $COLUMNS, or 80 columns in a pipe: wide ones switch to a list layout.
+    console = Console(stderr=args.json)
     store = Store(args.db)
     baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
     bad = [b for b in baselines if b not in BASELINES]
     if bad:
         raise KernelProError(f"--baselines: unknown {bad}; choose from {', '.join(BASELINES)}")
-    archs = args.arch or list(STATIC_ARCHS)
+    from kernelpro.static.compile import check_target
+
+    archs = [check_target(a) for a in args.arch] or list(STATIC_ARCHS)
     if args.resume:
         run = store.get_run(args.resume)
         if run["kind"] != "bench":
@@ -151,19 +161,17 @@ def main(args: argparse.Namespace) -> int:
         archs = cfg.get("archs", archs)
         baselines = cfg.get("baseline_list", baselines)
     suite, tasks = _resolve_tasks(args.suite, args.task, args.path, args.level)
+    # Solution files are found (and a bad --solutions refused) before a run is created.
+    solution = {t.key: _solution_path(t, args.solutions) for t in tasks}
+    missing = [t.name for t in tasks if solution[t.key] is None]
 
     # where correctness and timing can run
     device = args.device
     visible = list(gpus())
-    skipped_line = None
     if device == "auto":
         device = "cuda" if visible else "none"
     if device == "cuda" and not visible:
         raise KernelProError(f"--device cuda: {no_gpu_reason()}; drop --device to verify statically only")
-    if device == "none":
-        skipped_line = (f"no GPU ({no_gpu_reason()}): compiled and verified statically for {', '.join(archs)}; "
-                        "skipped correctness, anti-gaming checks, timing and energy (use --device cpu to run "
-                        "pure-PyTorch candidates on the CPU)")
     gpu_ids: list[int | None] = [g.index for g in visible][: args.gpus] if device == "cuda" else [None]
     run_arch = visible[0].arch if device == "cuda" and visible else None
 
@@ -177,8 +185,11 @@ def main(args: argparse.Namespace) -> int:
             "timeout": args.timeout, "trials": args.trials, "device": args.device, "sanitizer": args.sanitizer,
             "executed": args.executed, "archs": archs})
     done = store.finished_tasks(run_id, "evaluations" if device != "none" else "verifications")
+    label = device_label(device, visible[: args.gpus] if args.gpus else visible)
+    print(start_line(run_id, store.path.resolve(), suite, len(tasks) - len(missing), len(missing), archs, label),
+          file=sys.stderr if args.json else sys.stdout, flush=True)
 
-    notes: list[str] = []
+    notes: list[str] = [n for n in [skipped_note(missing, args.solutions)] if n]
     jobs: list[Job] = []
     job_cids: list[int] = []
     rows: dict[str, dict[str, Any]] = {}
@@ -186,24 +197,30 @@ def main(args: argparse.Namespace) -> int:
     try:
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                       TimeElapsedColumn(), console=console, transient=True) as progress:
-            bar = progress.add_task("verify", total=len(tasks))
+            with_candidate = [t for t in tasks if solution[t.key] is not None]
+            bar = progress.add_task("verify", total=len(with_candidate))
             # nvcc dominates static verification and runs as a subprocess, so verify every
-            # (candidate, arch) pair concurrently before the loop records them in order.
-            pending = []
-            for task in tasks:
-                path = _solution_path(task, args.solutions)
-                if path is not None and task.key not in done:
-                    pending += [(task.key, arch, task, path) for arch in archs]
+            # (candidate, arch) pair concurrently before the loop records them in order; the bar moves as
+            # each task's targets finish, and without a terminal each finished task prints one line.
+            pending = [(t.key, arch, t, solution[t.key]) for t in with_candidate if t.key not in done for arch in archs]
+            verified: dict[tuple[str, str], tuple[bool | None, dict[str, Any]]] = {}
+            left = {t.key: len(archs) for t in with_candidate if t.key not in done}
+            tty = console.is_terminal
             with ThreadPoolExecutor(max_workers=max(1, min(len(pending), os.cpu_count() or 1))) as ex:
-                verified = dict(zip([(k, a) for k, a, _, _ in pending],
-                                    ex.map(lambda x: _verify(x[2], x[3], x[1]), pending), strict=True))
+                futures = {ex.submit(_verify, t, path, arch): (key, arch, t) for key, arch, t, path in pending}
+                for fut in as_completed(futures):
+                    key, arch, t = futures[fut]
+                    verified[(key, arch)] = fut.result()
+                    left[key] -= 1
+                    if left[key] == 0:
+                        progress.update(bar, description=f"verify {t.name}")
+                        progress.advance(bar)
+                        if not tty:
+                            print(verified_line(t.name, {a: verified[(key, a)] for a in archs}),
+                                  file=sys.stderr if args.json else sys.stdout, flush=True)
             for task in tasks:
-                progress.update(bar, description=f"verify {task.name}")
-                path = _solution_path(task, args.solutions)
+                path = solution[task.key]
                 if path is None:
-                    notes.append(f"{task.name}: skipped, no solution file in "
-                                 f"{'the suite reference folder' if args.solutions == 'reference' else args.solutions}")
-                    progress.advance(bar)
                     continue
                 cand = load_candidate(path)
                 cid = store.add_candidate(run_id, task.key, cand.source, cand.kind,
@@ -222,7 +239,6 @@ def main(args: argparse.Namespace) -> int:
                     job_cids.append(cid)
                 elif device != "none" and cand.kind != "py":
                     notes.append(f"{task.name}: raw .{cand.kind} candidate, verified statically only (no ModelNew to run)")
-                progress.advance(bar)
             if jobs:
                 ebar = progress.add_task("evaluate", total=len(jobs))
 
@@ -255,7 +271,8 @@ def main(args: argparse.Namespace) -> int:
         store.set_run_status(run_id, status)
 
     report = build_report(store, run_id, rows, archs, run_arch, baselines)
-    report.update(run_id=run_id, suite=suite, device=device, notes=notes, skipped=skipped_line)
+    report.update(run_id=run_id, suite=suite, device=label, notes=notes,
+                  skipped=no_gpu_line(no_gpu_reason(), archs, report["rows"]) if device == "none" else None)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from kernelpro.results.fidelity import fidelity_lines
@@ -28,12 +29,18 @@ def features_cell(vers: list[dict[str, Any]]) -> tuple[str, bool | None]:
 def build_report(store: Any, run_id: int, rows: dict[str, dict[str, Any]], archs: list[str], run_arch: str | None,
                  baselines: list[str]) -> dict[str, Any]:
     """Per-task rows and suite metrics from what the store holds for this run (also used by --resume)."""
+    from kernelpro.results.facts import arch_counts, candidate_facts, verdict, verdict_label
     from kernelpro.results.metrics import Outcome, per_task, summarize
 
     out_rows = []
     outcomes = []
+    all_facts = []
     for key, row in rows.items():
         cid = row["cid"]
+        # The read-model the HTML report uses too: per-target compile and feature verdicts, and the verdict.
+        facts = candidate_facts(store, store.candidate(cid))
+        facts.per_arch = {a: x for a, x in facts.per_arch.items() if a in archs}
+        all_facts.append(facts)
         vers = [v for v in store.results("verifications", cid) if v["arch"] in archs]
         feat_cell, feat_ok = features_cell(vers)
         if run_arch:
@@ -50,6 +57,8 @@ def build_report(store: Any, run_id: int, rows: dict[str, dict[str, Any]], archs
                              "tflops": None, "gbps": None, "floor_ms": None, "energy_j": {}, "failed_checks": [],
                              "sanitizer": san[-1]["payload"].get("reason") if san else None,
                              "executed_ok": None, "executed": {}, "correct_with_arch": None,
+                             "archs": {a: {**dataclasses.asdict(x), "cell": x.cell} for a, x in facts.per_arch.items()},
+                             "verdict": verdict_label(verdict(facts, baseline=baselines[0] if baselines else None)),
                              "protocol": None, "fidelity": []}
         primary = [v for v in vers if v["arch"] == (run_arch or archs[0])]
         if ev is None and primary and "compiled" in primary[-1]["payload"]:
@@ -92,7 +101,7 @@ def build_report(store: Any, run_id: int, rows: dict[str, dict[str, Any]], archs
     main_base = baselines[0] if baselines else "eager"
     summary = {b: summarize(outcomes, b) for b in baselines} or {"eager": summarize(outcomes)}
     return {"rows": out_rows, "summary": summary, "per_task": per_task(outcomes, main_base),
-            "main_baseline": main_base}
+            "main_baseline": main_base, "per_arch": arch_counts(all_facts), "archs": list(archs)}
 
 
 def fmt(x: float | None, spec: str = ".3g") -> str:
@@ -103,44 +112,135 @@ def yn(x: bool | None) -> str:
     return "-" if x is None else ("[green]yes[/]" if x else "[red]no[/]")
 
 
+def device_label(device: str, gpus: Any = ()) -> str:
+    """Where correctness and timing ran, in words: the card, the CPU, or nowhere."""
+    if device == "cuda" and gpus:
+        g = gpus[0]
+        return f"{g.name}, {g.arch}" + (f" x{len(gpus)}" if len(gpus) > 1 else "")
+    if device == "cpu":
+        return "CPU: pure-PyTorch candidates only"
+    return "no GPU: static checks only"
+
+
+def start_line(run_id: int, store_path: Any, suite: str, n_with: int, n_without: int, archs: list[str],
+               device: str) -> str:
+    """The first thing `bench` prints, before any work: which run, where it is stored, what it will do."""
+    skipped = f" ({n_without} without one: skipped)" if n_without else ""
+    return (f"kernelpro bench: run {run_id} in {store_path}: {n_with} {suite} task{'s' if n_with != 1 else ''} "
+            f"with a candidate{skipped}; static checks for {', '.join(archs)}; {device}")
+
+
+def skipped_note(names: list[str], solutions: str) -> str | None:
+    """One line for every task that has no solution file."""
+    if not names:
+        return None
+    where = "the suite's reference folder" if solutions == "reference" else solutions
+    return f"skipped {len(names)} task{'s' if len(names) > 1 else ''} with no solution file in {where}: {', '.join(names)}"
+
+
+def no_gpu_line(reason: str | None, archs: list[str], rows: list[dict[str, Any]]) -> str:
+    """What a run without a GPU did and skipped; `--device cpu` is offered only when a candidate is pure
+    PyTorch (a CUDA candidate cannot run on the CPU)."""
+    pure = [r["task"].split("/")[-1] for r in rows
+            if any(a.get("note", "").startswith("no CUDA") for a in r.get("archs", {}).values())]
+    line = (f"no GPU ({reason}): compiled and verified statically for {', '.join(archs)}; skipped correctness, "
+            "anti-gaming checks, timing and energy")
+    if pure:
+        line += f"; `--device cpu` runs the pure-PyTorch candidate{'s' if len(pure) > 1 else ''} ({', '.join(pure)}) on the CPU"
+    return line
+
+
+def verified_line(name: str, results: dict[str, tuple[bool | None, dict[str, Any]]]) -> str:
+    """One progress line per task as its static checks finish (printed when there is no terminal)."""
+    from kernelpro.results.facts import arch_facts
+
+    cells = [f"{a} {arch_facts({'arch': a, 'ok': ok, 'payload': {**p, 'features_ok': ok}}).cell}"
+             for a, (ok, p) in results.items()]
+    return f"verified {name}: " + "; ".join(cells)
+
+
+def _arch_cell(a: dict[str, Any] | None) -> str:
+    if a is None:
+        return "-"
+    cell = a["cell"]
+    if cell in ("ok", "compiled"):
+        return f"[green]{cell}[/]"
+    return f"[red]{cell}[/]" if a.get("compiled") is False or a.get("missing") else cell
+
+
 def print_report(console: Any, report: dict[str, Any], baselines: list[str]) -> None:
-    from rich.table import Table
-
+    """The bench table in two parts that each fit 80 columns: what each check said per task (every target's
+    compile and feature verdict, correctness, the verdict), then, when anything was timed, the timings."""
+    from kernelpro.results.facts import arch_counts_text
     from kernelpro.results.metrics import fmt_rate
+    from kernelpro.tables import Col, print_table
 
-    cols = ["task", "compile", "correct s/h", "features", "time ms"] + [f"{b} ms" for b in baselines] + \
-           [f"x {b}" for b in baselines] + ["TFLOP/s", "GB/s", "J/call", "with arch", "verdict"]
+    archs = report.get("archs") or []
+    title = f"kernelpro bench: run {report['run_id']} ({report['suite']}; {report['device']})"
+    cols = [Col("task", ident=True), *(Col(a) for a in archs), Col("correct s/h"), Col("with arch"), Col("verdict")]
     rows = []
     for r in report["rows"]:
-        verdict = "[green]ok[/]" if r["correct"] else (f"[red]{r['reason']}[/]" if r["reason"] else "-")
-        rows.append([r["task"].split("/")[-1], yn(r["compiled"]),
-                     f"{yn(r['correct_shown'])}/{yn(r['correct_heldout'])}", r["features"] or "-",
-                     fmt(r["time_ms"]), *[fmt(r["baseline_ms"].get(b)) for b in baselines],
-                     *[fmt(r["speedup"].get(b), ".2f") for b in baselines], fmt(r["tflops"]), fmt(r["gbps"]),
-                     fmt(r["energy_j"].get("candidate")), yn(r["correct_with_arch"]), verdict])
-    # Columns nothing was measured for (no GPU: every timing column) only squeeze the ones that matter.
-    keep = [i for i, c in enumerate(cols) if i < 4 or any(row[i] not in ("-", "-/-") for row in rows)]
-    t = Table(title=f"kernelpro bench: run {report['run_id']} ({report['suite']}, {report['device']})")
-    for i in keep:
-        t.add_column(cols[i], overflow="fold")
-    for row in rows:
-        t.add_row(*[row[i] for i in keep])
-    console.print(t)
+        v = r.get("verdict") or "-"
+        if r["reason"] and r["reason"] not in v:
+            v = f"{v}: {r['reason']}"
+        style = "green" if v == "pass" else ("red" if v not in ("not run", "-") else "")
+        rows.append([r["task"].split("/")[-1], *(_arch_cell(r["archs"].get(a)) for a in archs),
+                     f"{yn(r['correct_shown'])}/{yn(r['correct_heldout'])}", yn(r["correct_with_arch"]),
+                     f"[{style}]{v}[/]" if style else v])
+    # Columns nothing was judged for (no GPU: correctness, with arch) are left out.
+    keep = [i for i, _ in enumerate(cols) if i <= len(archs) or any(row[i] not in ("-", "-/-") for row in rows)]
+    print_table(console, title, [cols[i] for i in keep], [[row[i] for i in keep] for row in rows])
+    timed = [r for r in report["rows"] if r["time_ms"] is not None]
+    if timed:
+        tcols = [Col("task", ident=True), Col("ms"), *(Col(f"{b} ms") for b in baselines),
+                 *(Col(f"x {b}") for b in baselines), Col("TFLOP/s"), Col("GB/s"), Col("J/call")]
+        trows = [[r["task"].split("/")[-1], fmt(r["time_ms"]), *[fmt(r["baseline_ms"].get(b)) for b in baselines],
+                  *[fmt(r["speedup"].get(b), ".2f") for b in baselines], fmt(r["tflops"]), fmt(r["gbps"]),
+                  fmt(r["energy_j"].get("candidate"))] for r in timed]
+        tkeep = [i for i, _ in enumerate(tcols) if i == 0 or any(row[i] != "-" for row in trows)]
+        print_table(console, "timings (median ms per call; x = baseline time / candidate time)",
+                    [tcols[i] for i in tkeep], [[row[i] for i in tkeep] for row in trows])
     print_fidelity(console, report)
+    causes: dict[str, list[str]] = {}
+    for r in report["rows"]:
+        for a, x in r["archs"].items():
+            if x.get("compiled") is False:
+                causes.setdefault(f"{a}: {x.get('cause') or x.get('cause_short')}", []).append(r["task"].split("/")[-1])
+    plain = {"markup": False, "highlight": False}
+    for cause, names in causes.items():
+        console.print(f"does not compile for {cause} ({len(names)}: {', '.join(names)})", **plain)
     for n in report["notes"]:
-        console.print(f"note: {n}", markup=False, highlight=False, soft_wrap=True)
+        console.print(f"note: {n}", **plain)
     if report.get("skipped"):
-        console.print(f"skipped: {report['skipped']}", markup=False, highlight=False, soft_wrap=True)
+        console.print(f"skipped: {report['skipped']}", **plain)
     b = report["main_baseline"]
     s = report["summary"].get(b, {})
+    per_arch = report.get("per_arch") or {}
+    n = s.get("n", 0)
+    ran = s.get("correct_rate") is not None
     fp = s.get("fast_p", {})
     gm = s.get("geomean_speedup")
-    console.print(f"summary ({s.get('n', 0)} candidates, vs {b}): compile {fmt_rate(s.get('compile_rate'))}, "
-                  f"correct {fmt_rate(s.get('correct_rate'))}, features {fmt_rate(s.get('feature_rate'))}, "
-                  f"correct_with_arch {fmt_rate(s.get('correct_with_arch_rate'))}, "
-                  f"fast_1 {fmt_rate(fp.get('1'))}, fast_1.2 {fmt_rate(fp.get('1.2'))}, "
-                  f"geomean {'-' if gm is None else f'{gm:.2f}x'} (n={s.get('geomean_n', 0)}); "
-                  f"run id {report['run_id']}", markup=False, highlight=False, soft_wrap=True)
+
+    def count(rate: float | None) -> str:
+        return "-" if rate is None else f"{round(rate * n)}/{n} ({fmt_rate(rate)})"
+
+    lines = [f"summary: {n} candidate{'s' if n != 1 else ''}, one per task with a solution; speedups vs {b}",
+             f"  compiled   {arch_counts_text(per_arch, 'compiled')}  (nvcc + ptxas built it for the target)",
+             f"  features   {arch_counts_text(per_arch, 'features_ok')}  (every requested feature in its SASS)"]
+    if ran:
+        lines += [f"  correct    {count(s.get('correct_rate'))}  (every shown and held-out size, no anti-gaming flag)",
+                  f"  with arch  {count(s.get('correct_with_arch_rate'))}  (correct, requested SASS present and "
+                  "executed per ncu)",
+                  f"  fast_1     {fmt_rate(fp.get('1'))}, fast_1.2 {fmt_rate(fp.get('1.2'))}  (correct and more than "
+                  f"1x / 1.2x faster than {b}, over all {n})",
+                  f"  geomean    {'-' if gm is None else f'{gm:.2f}x'} over {s.get('geomean_n', 0)} correct, timed "
+                  "candidates"]
+    else:
+        lines.append("  correct, fast_p, geomean: not run (nothing was executed)")
+    lines.append(f"run {report['run_id']}: `kernelpro report {report['run_id']}` writes its HTML page; "
+                 f"`--resume {report['run_id']}` continues it")
+    for ln in lines:
+        console.print(ln, **plain)
 
 
 def print_fidelity(console: Any, report: dict[str, Any]) -> None:

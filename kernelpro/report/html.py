@@ -22,7 +22,16 @@ from typing import Any
 
 from kernelpro.errors import KernelProError
 from kernelpro.report.svg import esc, svg_heatmap, svg_histogram, svg_lines, svg_tree
-from kernelpro.results.facts import RunView, fast_p, geomean, load_run, verdict
+from kernelpro.results.facts import (
+    RunView,
+    arch_counts,
+    arch_counts_text,
+    fast_p,
+    geomean,
+    load_run,
+    verdict,
+    verdict_label,
+)
 from kernelpro.results.fidelity import format_short
 
 # ------------------------------------------------------------------------------------------------
@@ -71,7 +80,7 @@ def _x(v: float | None) -> str:
 
 
 def _rate(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2f}"
+    return "not timed" if v is None else f"{v:.2f}"
 
 
 def _yn(v: bool | None) -> str:
@@ -80,8 +89,9 @@ def _yn(v: bool | None) -> str:
 
 def task_table(view: RunView) -> str:
     bases = view.baselines
-    head = ["task", "attempts", "verdict", "compiled", "correct", "flags", "features emitted", "executed",
-            "missing"] + \
+    archs = list(dict.fromkeys(a for f in view.best.values() for a in f.per_arch))
+    head = ["task", "attempts", "verdict", *(f"{a}" for a in archs), "compiled", "correct", "flags",
+            "features emitted", "executed", "missing"] + \
         [f"speedup vs {b}" for b in bases] + ["energy / call", "energy vs baseline"]
     attempts: dict[str, int] = {}
     for f in view.facts:
@@ -90,12 +100,17 @@ def task_table(view: RunView) -> str:
     for task, f in view.best.items():
         v = verdict(f, baseline=view.baseline)
         eratio = (f.baseline_energy_j / f.energy_j) if f.energy_j and f.baseline_energy_j else None
-        cells = [_td(task.split("/", 1)[-1]), _td(attempts[task], True), _td(v, klass=f"v-{v}"),
-                 _td(_yn(f.compiled)), _td(_yn(f.correct)), _td(", ".join(f.flags) or "-"),
+        cells = [_td(task.split("/", 1)[-1]), _td(attempts[task], True), _td(verdict_label(v), klass=f"v-{v}"),
+                 *(_td(f.per_arch[a].cell if a in f.per_arch else "-",
+                       klass="v-compile_error" if a in f.per_arch and f.per_arch[a].compiled is False else "")
+                   for a in archs),
+                 _td(_yn(f.compiled)), _td("not run" if not f.evaluated else _yn(f.correct)),
+                 _td(", ".join(f.flags) or "-"),
                  _td(", ".join(f.emitted) or "-"),
                  _td("not profiled" if f.executed is None else ", ".join(f.executed) or "none"),
                  _td(", ".join(f.missing) or "-")]
-        cells += [_td(_x(f.speedups.get(b)), True, f.speedups.get(b, -1)) for b in bases]
+        cells += [_td(_x(f.speedups.get(b)) if f.evaluated else "not timed", True, f.speedups.get(b, -1))
+                  for b in bases]
         cells += [_td("-" if f.energy_j is None else f"{f.energy_j * 1e3:.4g} mJ", True, f.energy_j or -1),
                   _td(_x(eratio), True, eratio or -1)]
         rows.append("<tr>" + "".join(cells) + "</tr>")
@@ -107,11 +122,19 @@ def summary_row(view: RunView) -> dict[str, Any]:
     fs = list(view.best.values())
     n = len(fs)
     sp = [f.speedup(view.baseline) for f in fs if f.ok and f.speedup(view.baseline)]
+    counts = arch_counts(fs)
+    # Nothing ran (no GPU): correctness and fast_p are unknown, not zero.
+    evaluated = any(f.evaluated for f in fs)
+    timed = any(f.speedups for f in fs)
     return {
         "run": view.run["id"], "kind": view.run["kind"], "suite": view.run["suite"] or "-",
         "status": view.run["status"], "tasks": n, "candidates": len(view.facts),
-        "compiled": sum(f.compiled is not False for f in fs), "correct": sum(f.ok for f in fs),
-        "baseline": view.baseline or "-", "fast_1": fast_p(view, 1.0) if n else None,
+        "compiled": (arch_counts_text(counts, "compiled") if counts
+                     else f"{sum(f.compiled is not False for f in fs)}/{n}"),
+        "features": arch_counts_text(counts, "features_ok") if counts else "-",
+        "correct": sum(f.ok for f in fs), "evaluated": evaluated,
+        "correct_text": f"{sum(f.ok for f in fs)}/{n}" if evaluated else "not run",
+        "baseline": view.baseline or "-", "fast_1": fast_p(view, 1.0) if n and timed else None,
         "geomean": geomean(sp), "host": view.run["host"] or "-",
         "created": time.strftime("%Y-%m-%d %H:%M", time.localtime(view.run["created"])),
     }
@@ -130,10 +153,11 @@ def comparison_table(views: list[RunView]) -> str:
                 continue
             vd = verdict(f, baseline=v.baseline)
             s = f.speedup(v.baseline)
-            cells.append(_td(f"{vd} {_x(s)}" if s is not None else vd, klass=f"v-{vd}", sort=s or -1))
+            cells.append(_td(f"{verdict_label(vd)} {_x(s)}" if s is not None else verdict_label(vd), klass=f"v-{vd}",
+                             sort=s or -1))
         rows.append("<tr>" + "".join(cells) + "</tr>")
     sums = [summary_row(v) for v in views]
-    foot = ["<tr><th>correct</th>" + "".join(f"<td>{s['correct']}/{s['tasks']}</td>" for s in sums) + "</tr>",
+    foot = ["<tr><th>correct</th>" + "".join(f"<td>{s['correct_text']}</td>" for s in sums) + "</tr>",
             "<tr><th>fast_1</th>" + "".join(f"<td>{_rate(s['fast_1'])}</td>" for s in sums) + "</tr>",
             "<tr><th>geomean speedup (correct)</th>" + "".join(f"<td>{_x(s['geomean'])}</td>" for s in sums) + "</tr>"]
     return ('<div class="scroll"><table class="sortable"><thead><tr>' + "".join(f"<th>{esc(h)}</th>" for h in head)
@@ -237,11 +261,12 @@ def fast_p_series(views: list[RunView]) -> dict[str, list[tuple[float, float]]]:
 
 def render(views: list[RunView], db_path: str = "") -> str:
     sums = [summary_row(v) for v in views]
-    cols = ["run", "kind", "suite", "status", "tasks", "candidates", "compiled", "correct", "baseline", "fast_1",
-            "geomean", "host", "created"]
+    cols = ["run", "kind", "suite", "status", "tasks", "candidates", "compiled", "features", "correct", "baseline",
+            "fast_1", "geomean", "host", "created"]
     srows = "".join("<tr>" + "".join(
-        _td(_rate(s[c]) if c == "fast_1" else (_x(s[c]) if c == "geomean" else s[c]),
-            c in ("tasks", "candidates", "compiled", "correct")) for c in cols) + "</tr>" for s in sums)
+        _td(_rate(s[c]) if c == "fast_1" else ((_x(s[c]) if s[c] is not None else "not timed") if c == "geomean"
+                                              else s["correct_text"] if c == "correct" else s[c]),
+            c in ("tasks", "candidates")) for c in cols) + "</tr>" for s in sums)
     parts = [
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
         f"<title>KernelPro report: runs {', '.join(str(v.run['id']) for v in views)}</title>",
@@ -253,14 +278,21 @@ def render(views: list[RunView], db_path: str = "") -> str:
         '<pre id="kp-errors"></pre>',
         '<h2>Runs</h2><table class="sortable"><thead><tr>' + "".join(f"<th>{c}</th>" for c in cols)
         + f"</tr></thead><tbody>{srows}</tbody></table>",
-        '<h2>fast_p and speedup distribution</h2><div class="plots">',
-        svg_lines(fast_p_series(views), "fast_p: fraction of tasks correct and faster than p x baseline",
-                  "p (speedup threshold)", "fast_p", ymax=1.0, klass="plot fastp"),
-        svg_histogram({v.label: [f.speedup(v.baseline) for f in v.best.values()
-                                 if f.ok and f.speedup(v.baseline)] for v in views},
-                      "speedup of correct tasks (best candidate per task)"),
-        "</div>",
     ]
+    timed = [v for v, sm in zip(views, sums, strict=True) if sm["fast_1"] is not None]
+    untimed = [v.label for v in views if v not in timed]
+    parts.append("<h2>fast_p and speedup distribution</h2>")
+    if untimed:
+        parts.append(f'<p class="muted">not timed (nothing ran on a GPU): {esc(", ".join(untimed))}; '
+                     "no fast_p or speedup figures for it.</p>")
+    if timed:
+        parts += ['<div class="plots">',
+                  svg_lines(fast_p_series(timed), "fast_p: fraction of tasks correct and faster than p x baseline",
+                            "p (speedup threshold)", "fast_p", ymax=1.0, klass="plot fastp"),
+                  svg_histogram({v.label: [f.speedup(v.baseline) for f in v.best.values()
+                                           if f.ok and f.speedup(v.baseline)] for v in timed},
+                                "speedup of correct tasks (best candidate per task)"),
+                  "</div>"]
     if len(views) > 1:
         parts += ["<h2>Side-by-side</h2>", comparison_table(views)]
     for v in views:
@@ -296,35 +328,47 @@ def write_report(store: Any, run_ids: list[int], out: str | Path) -> Path:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_ids", nargs="*", type=int, metavar="RUN_ID", help="runs to report (several: compared)")
-    p.add_argument("-o", "--output", help="HTML file to write (default report-<ids>.html)")
+    p.add_argument("-o", "--output", help="HTML file to write (default: reports/report-<ids>.html beside the store)")
     p.add_argument("--list", action="store_true", help="list the runs in the store and exit")
+    p.add_argument("--all", action="store_true", help="with --list: include `kernelpro verify` runs (hidden by default)")
+
+
+# `kernelpro verify` records each check as a run of its own; lists leave them out unless asked.
+HIDDEN_KINDS = ("verify",)
 
 
 def main(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.table import Table
 
+    from kernelpro import paths
     from kernelpro.results.store import Store, default_db_path
+    from kernelpro.tables import Col, print_table
 
     store = Store(args.db or default_db_path(), readonly=True)
     console = Console()
     if args.list or not args.run_ids:
         runs = store.runs()
-        if not runs and not args.list:
+        shown = [r for r in runs if getattr(args, "all", False) or r["kind"] not in HIDDEN_KINDS]
+        if not shown and not args.list:
             raise KernelProError(f"no runs in {store.path}; run `kernelpro bench` or `kernelpro optimize` first")
-        table = Table(title=f"runs in {store.path}")
-        for c in ("id", "kind", "suite", "status", "candidates", "created"):
-            table.add_column(c)
-        for r in runs:
+        rows = []
+        for r in shown:
             n = store.db.execute("SELECT COUNT(*) FROM candidates WHERE run_id=?", (r["id"],)).fetchone()[0]
-            table.add_row(str(r["id"]), r["kind"], r["suite"] or "-", r["status"], str(n),
-                          time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created"])))
-        console.print(table)
+            rows.append([str(r["id"]), r["kind"], r["suite"] or "-", r["status"], str(n),
+                         time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created"]))])
+        print_table(console, f"runs in {store.path}", [Col("id", ident=True), Col("kind"), Col("suite", ident=True),
+                                                      Col("status"), Col("candidates"), Col("created")], rows)
+        hidden = len(runs) - len(shown)
+        if hidden:
+            console.print(f"{hidden} verify run{'s' if hidden > 1 else ''} not listed (--all lists them)",
+                          highlight=False)
         if not args.list:
             console.print("give one or more RUN_IDs to write a report")
             return 2
         return 0
-    out = args.output or f"report-{'-'.join(map(str, args.run_ids))}.html"
-    path = write_report(store, args.run_ids, out)
-    console.print(f"wrote {path} ({path.stat().st_size // 1024} KiB, {len(args.run_ids)} run(s))")
+    out = Path(args.output) if args.output else \
+        paths.reports_dir(store.path) / f"report-{'-'.join(map(str, args.run_ids))}.html"
+    path = write_report(store, args.run_ids, out).resolve()
+    console.print(f"wrote {path} ({path.stat().st_size // 1024} KiB, {len(args.run_ids)} run(s))",
+                  highlight=False, soft_wrap=True)
     return 0

@@ -54,6 +54,7 @@ class Facts:
     advice: str = ""
     arch: str | None = None
     evaluated: bool = False
+    per_arch: dict[str, ArchFacts] = field(default_factory=dict)   # every target it was verified for
 
     @property
     def primary(self) -> str | None:
@@ -118,15 +119,73 @@ def _text(v: Any) -> str:
     return str(v)
 
 
+@dataclass(frozen=True)
+class ArchFacts:
+    """One target's static verdict for a candidate: did nvcc/ptxas build it, and which requested features
+    it emits. `compiled` None: not judged (a pure-PyTorch candidate has no CUDA to build)."""
+
+    arch: str
+    compiled: bool | None
+    features_ok: bool | None
+    requested: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+    cause: str = ""           # why it did not compile, one line
+    cause_short: str = ""     # the same for a table cell, e.g. "Hopper-only (wgmma)"
+    note: str = ""            # why it was not judged
+
+    @property
+    def cell(self) -> str:
+        """ok | fails: CAUSE | missing: F, G | compiled | a note."""
+        if self.note:
+            return self.note
+        if self.compiled is False:
+            return f"fails: {self.cause_short or 'compile error'}"
+        if self.missing:
+            return "missing " + ", ".join(self.missing)
+        return "ok" if self.requested else "compiled"
+
+
+def arch_facts(ver: dict[str, Any]) -> ArchFacts:
+    """An ArchFacts from one stored verification record (the static verifier's payload)."""
+    p = ver["payload"]
+    arch = str(ver["arch"] or p.get("arch") or "?")
+    if p.get("error"):
+        err = str(p["error"])
+        note = "no CUDA (pure PyTorch)" if "loads no CUDA" in err else "not verified"
+        return ArchFacts(arch, None, p.get("features_ok"), note=note, cause=err)
+    requested = tuple(_names(p.get("requested")))
+    compiled = p.get("compiled")
+    missing = tuple(p.get("missing_features") or []) if compiled is not False else ()
+    cause = short = ""
+    if compiled is False:
+        errors = [d for d in p.get("diagnostics") or [] if isinstance(d, dict) and d.get("severity") in ("error", "fatal")]
+        first = (f"{errors[0].get('file')}:{errors[0].get('line')}: {errors[0].get('message')}" if errors
+                 else "no diagnostics")
+        cause, short = str(p.get("cause") or first), str(p.get("cause_short") or "compile error")
+    ok = p.get("features_ok", p.get("passed", ver.get("ok")))
+    return ArchFacts(arch, None if compiled is None else bool(compiled), None if ok is None else bool(ok),
+                     requested, missing, cause, short)
+
+
 def candidate_facts(store: Any, cand: dict[str, Any]) -> Facts:
     f = Facts(id=cand["id"], run_id=cand["run_id"], task=cand["task"], origin=cand["origin"],
               parent_id=cand["parent_id"], info=cand.get("info") or {}, source=cand["source"], hash=cand["hash"])
-    comp = store.latest("compiles", cand["id"])
+    evs = store.results("evaluations", cand["id"])
+    vers = store.results("verifications", cand["id"])
+    for v in vers:
+        a = arch_facts(v)
+        f.per_arch[a.arch] = a
+    # The target a candidate is judged by: the one it ran on, else the first it was verified for (a bench
+    # run verifies its --arch list in order); every other target is in per_arch.
+    ran_on = next((e["arch"] for e in reversed(evs) if e["arch"] in f.per_arch), None)
+    primary = ran_on or (vers[0]["arch"] if vers else None)
+    comps = store.results("compiles", cand["id"])
+    comp = next((c for c in reversed(comps) if c["arch"] == primary), comps[-1] if comps else None)
     if comp is not None:
         f.compiled = bool(comp["ok"])
         f.compile_log = _text(_first(comp["payload"], "errors", "log", "stderr", "diagnostics", default=""))
         f.arch = comp["arch"]
-    ver = store.latest("verifications", cand["id"])
+    ver = next((v for v in reversed(vers) if v["arch"] == primary), None)
     if ver is not None:
         p = ver["payload"]
         f.arch = ver["arch"] or f.arch
@@ -145,7 +204,6 @@ def candidate_facts(store: Any, cand: dict[str, Any]) -> Facts:
             f.compile_log = f.compile_log or _text(_first(p, "compile_errors", "errors", "log", default=""))
         if not f.requested and not ver["ok"] and not f.missing:
             f.verify_log = f.verify_log or "verification failed"
-    evs = store.results("evaluations", cand["id"])
     # A side-by-side round (compare / --confirm) re-times a candidate at one size; its own verdict stays the
     # evaluation it had in its run, unless it has no other (a candidate of a compare run).
     own = [e for e in evs if "compare_round" not in e["payload"]]
@@ -234,6 +292,33 @@ def _advice_text(adv: Any) -> str:
                 lines.append(str(a))
         return "\n".join(lines)
     return _text(adv)
+
+
+# How a verdict reads in tables and pages: "pending" is a candidate nothing has run yet (no GPU).
+VERDICT_LABELS = {"pending": "not run"}
+
+
+def verdict_label(v: str) -> str:
+    return VERDICT_LABELS.get(v, v)
+
+
+def arch_counts(facts: list[Facts]) -> dict[str, dict[str, int]]:
+    """Per target: how many candidates were verified for it, compiled for it, and emit every requested
+    feature on it; the one figure the bench table and the report both print."""
+    out: dict[str, dict[str, int]] = {}
+    for f in facts:
+        for arch, a in f.per_arch.items():
+            c = out.setdefault(arch, {"n": 0, "judged": 0, "compiled": 0, "features_ok": 0})
+            c["n"] += 1
+            c["judged"] += a.compiled is not None
+            c["compiled"] += a.compiled is True
+            c["features_ok"] += bool(a.compiled and a.features_ok)
+    return out
+
+
+def arch_counts_text(counts: dict[str, dict[str, int]], what: str) -> str:
+    """'sm_90a 10/10, sm_100a 3/10' for what = 'compiled' or 'features_ok'."""
+    return ", ".join(f"{a} {c[what]}/{c['judged']}" for a, c in counts.items() if c["judged"]) or "-"
 
 
 def verdict(f: Facts, slow_below: float = 1.0, baseline: str | None = None) -> str:

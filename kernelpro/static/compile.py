@@ -363,3 +363,96 @@ def assemble_ptx(ptx_text: str, arch: str, workdir: Path, extra_flags: Sequence[
         res.diagnostics.append(Diagnostic(ptx.name, None, "error", f"ptxas exited with status {rc}", "ptxas"))
     _to_cache(cache_dir, key, res)
     return res
+
+
+# -- why a compile failed, in one line ------------------------------------------------------------
+_NOT_ON_TARGET = re.compile(r"Instruction '(?P<instr>[^']+)' not supported on \.target '(?P<target>sm_\w+)'")
+_NOT_FOR_ARCH = re.compile(r"Instruction '[^']+' cannot be compiled for architecture")
+# PTX instruction families that exist on one architecture only, and what the other one uses instead.
+_ARCH_ONLY = {
+    "wgmma": ("Hopper-only", "sm_90a", {"sm_100a": "tcgen05.mma", "sm_101a": "tcgen05.mma", "sm_103a": "tcgen05.mma",
+                                        "sm_110a": "tcgen05.mma", "sm_120a": "mma.sync", "sm_121a": "mma.sync"}),
+    "tcgen05": ("Blackwell-only", "sm_100a", {"sm_90a": "wgmma"}),
+}
+
+
+@dataclass(frozen=True)
+class Cause:
+    short: str      # for a table cell: "Hopper-only (wgmma)"
+    line: str       # the sentence: "wgmma is Hopper-only (sm_90a); sm_100a uses tcgen05.mma"
+
+
+def _diag(d: Diagnostic | dict) -> Diagnostic:
+    return d if isinstance(d, Diagnostic) else Diagnostic(**d)
+
+
+def compile_cause(diagnostics: Sequence[Diagnostic | dict], arch: str) -> Cause | None:
+    """The one-line reason a compile failed, from its error diagnostics; None when there is no error."""
+    errors = [d for d in map(_diag, diagnostics) if d.severity in ("error", "fatal")]
+    if not errors:
+        return None
+    for d in errors:
+        m = _NOT_ON_TARGET.search(d.message)
+        if not m:
+            continue
+        family = m.group("instr").split(".")[0].split()[0]
+        if family in _ARCH_ONLY:
+            only, home, instead = _ARCH_ONLY[family]
+            alt = instead.get(m.group("target"))
+            return Cause(f"{only} ({family})", f"{family} is {only} ({home}); "
+                         + (f"{m.group('target')} uses {alt}" if alt else f"{m.group('target')} has no {family}"))
+        return Cause(f"no {family} on {m.group('target')}", f"{m.group('instr')} is not supported on {m.group('target')}")
+    d = errors[0]
+    where = f"{d.file}:{d.line}" if d.line else d.file
+    msg = d.message if len(d.message) <= 100 else d.message[:99] + "…"
+    return Cause("compile error", f"{where}: {msg}")
+
+
+def grouped_diagnostics(diagnostics: Sequence[Diagnostic | dict]) -> list[tuple[Diagnostic, list[int]]]:
+    """Each diagnostic once: ptxas's "cannot be compiled for architecture" twin of a "not supported on
+    .target" error is dropped, and one message at several lines of a file becomes one entry with its lines."""
+    diags = list(map(_diag, diagnostics))
+    on_target = {(d.file, d.line) for d in diags if _NOT_ON_TARGET.search(d.message)}
+    groups: dict[tuple[str, str, str], tuple[Diagnostic, list[int]]] = {}
+    for d in diags:
+        if _NOT_FOR_ARCH.search(d.message) and (d.file, d.line) in on_target:
+            continue
+        key = (d.file, d.severity, d.message)
+        if key not in groups:
+            groups[key] = (d, [])
+        if d.line and d.line not in groups[key][1]:
+            groups[key][1].append(d.line)
+    return list(groups.values())
+
+
+def nvcc_archs() -> set[str] | None:
+    """The compute capabilities ('90', '100', ...) this nvcc can target; None without nvcc."""
+    from kernelpro.toolchain import find_tool
+
+    nvcc = find_tool("nvcc")
+    if nvcc is None:
+        return None
+    try:
+        out = subprocess.run([str(nvcc), "--list-gpu-arch"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = set(re.findall(r"compute_(\d+)", out))
+    return found or None
+
+
+def check_target(arch: str) -> str:
+    """`arch` when it is a target kernelpro can verify (a feature catalog) and nvcc can build; else a
+    one-line error naming the targets that work."""
+    from kernelpro.static.features import catalog_arch, load_catalog
+
+    num, _ = parse_arch(arch)
+    try:
+        catalog_arch(arch)
+    except KernelProError:
+        raise KernelProError(f"--arch {arch}: not a target kernelpro verifies; use one of "
+                             f"{', '.join(load_catalog().archs)}") from None
+    have = nvcc_archs()
+    if have is not None and num not in have:
+        raise KernelProError(f"--arch {arch}: this nvcc cannot build compute_{num} (it lists "
+                             f"{', '.join('sm_' + a for a in sorted(have, key=int))}); install a newer CUDA toolkit")
+    return arch

@@ -20,7 +20,15 @@ from typing import Any
 
 from kernelpro import paths, sandbox
 from kernelpro.errors import KernelProError
-from kernelpro.static.compile import CompileResult, Diagnostic, assemble_ptx, compile_cuda, filter_arch_flags
+from kernelpro.static.compile import (
+    CompileResult,
+    Diagnostic,
+    assemble_ptx,
+    compile_cause,
+    compile_cuda,
+    filter_arch_flags,
+    grouped_diagnostics,
+)
 from kernelpro.static.features import catalog_arch, load_catalog, match
 from kernelpro.static.ptx import PtxModule, parse_ptx
 from kernelpro.static.sass import callgraph, disassemble, kernel_report, reachable, resource_usage
@@ -182,6 +190,7 @@ class KernelVerification:
     instruction_mix: dict[str, int] = field(default_factory=dict)
     ptx_functions: list[str] = field(default_factory=list)   # entry + reachable .func bodies
     compiled: bool = True
+    demangled: str = ""                    # the C++ name (c++filt), without return type and parameters
 
 
 @dataclass
@@ -214,9 +223,25 @@ class VerifyReport:
                          for d in self.diagnostics if d.severity in ("error", "fatal"))
 
     @property
+    def cause(self) -> str | None:
+        """Why it did not compile, in one line (None when it compiled)."""
+        if self.compiled:
+            return None
+        c = compile_cause(self.diagnostics, self.arch)
+        return c.line if c else "no diagnostics"
+
+    @property
+    def cause_short(self) -> str | None:
+        """The cause for a table cell, e.g. 'Hopper-only (wgmma)'."""
+        if self.compiled:
+            return None
+        c = compile_cause(self.diagnostics, self.arch)
+        return c.short if c else "compile error"
+
+    @property
     def summary(self) -> str:
         if not self.compiled:
-            return "compile failed: " + (self.compile_errors.splitlines() or ["no diagnostics"])[0]
+            return f"compile failed: {self.cause}"
         if self.passed:
             return "every requested feature emitted" if self.requested else "compiled"
         return "; ".join(f"{f}: {self.features.get(f, ABSENT)}" for f in self.missing_features)
@@ -232,6 +257,7 @@ class VerifyReport:
         d["passed"] = self.passed
         d["missing_features"] = self.missing_features
         d["summary"] = self.summary
+        d["cause"], d["cause_short"] = self.cause, self.cause_short
         return d
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -327,6 +353,11 @@ def verify(candidate_path: str | Path, arch: str = "sm_90a", requested: list[str
             if _RANK[s] > _RANK[best]:
                 best = s
         report.features[f] = best
+    from kernelpro.toolchain import demangle, short_kernel_name
+
+    names = demangle([k.name for k in report.kernels])
+    for k in report.kernels:
+        k.demangled = short_kernel_name(names[k.name])
     report.seconds = time.perf_counter() - t0
     return report
 
@@ -340,61 +371,83 @@ def verify_task_candidate(task: Any, candidate_path: str | Path, arch: str = "sm
 _STYLE = {EMITTED: "green", DECLARED: "yellow", ABSENT: "red"}
 
 
-def render_report(report: VerifyReport) -> Any:
-    """A rich renderable: features, then one row per kernel, then compile diagnostics."""
-    from rich.console import Group
-    from rich.table import Table
+def print_report(console: Any, report: VerifyReport, verbose: bool = False) -> None:
+    """The verdict in one line first; then features and kernels; diagnostics each once. Without
+    `verbose`, a failed compile shows its cause and its errors (short), nothing else."""
     from rich.text import Text
 
-    parts: list[Any] = []
+    from kernelpro.tables import Col, print_table
+
     head = Text(f"{report.candidate} for {report.arch}: ")
     if not report.compiled:
         head.append("compile FAILED", style="bold red")
+        head.append(f": {report.cause}")
     elif report.requested:
         head.append("PASS" if report.passed else "FAIL", style="bold green" if report.passed else "bold red")
-        head.append(" (every requested feature emitted)" if report.passed else " (a requested feature is not emitted)")
+        head.append(" (every requested feature emitted)" if report.passed else
+                    " (not emitted: " + ", ".join(report.missing_features) + ")")
     else:
         head.append("compiled")
-    parts.append(head)
-    if report.features:
-        ft = Table(title="features" + (" requested" if report.requested else " found in PTX"), title_justify="left")
-        for col in ("feature", "status", "kernels", "PTX evidence", "SASS evidence"):
-            ft.add_column(col)
-        for f, status in report.features.items():
-            ks = [k for k in report.kernels if f in k.ptx_features]
-            ptx_ev = sorted({op for k in ks for op in k.ptx_features[f]})
-            sass_ev = sorted({op for k in ks for op in k.sass_features.get(f, [])})
-            ft.add_row(f, Text(status, style=_STYLE[status]), ", ".join(k.name for k in ks) or "-",
-                       "\n".join(ptx_ev[:4] + ([f"... +{len(ptx_ev) - 4}"] if len(ptx_ev) > 4 else [])) or "-",
-                       ", ".join(sass_ev[:6]) or "-")
-        parts.append(ft)
-    kt = Table(title="kernels", title_justify="left")
-    for col in ("kernel", "regs", "smem B", "stack B", "spill st/ld B", "LDL/STL", "SASS instrs",
-                "features (PTX)", "features (SASS)", "top of mix"):
-        kt.add_column(col, overflow="fold")
+    console.print(head)
+    groups = grouped_diagnostics(report.diagnostics)
+    errors = [(d, lines) for d, lines in groups if d.severity in ("error", "fatal")]
+    warnings = [(d, lines) for d, lines in groups if d.severity not in ("error", "fatal")]
+    if report.compiled or verbose:
+        _print_features(console, report)
+        rows = []
+        for k in report.kernels:
+            mix = ", ".join(f"{fam} {n}" for fam, n in list(k.instruction_mix.items())[:3])
+            rows.append([k.demangled or k.name, _n(k.registers), _n(k.smem_bytes), _n(k.stack_bytes),
+                         Text(f"{_n(k.spill_stores)}/{_n(k.spill_loads)}", style="red" if (k.spill_stores or k.spill_loads) else ""),
+                         Text(f"{k.ldl}/{k.stl}", style="red" if (k.ldl or k.stl) else ""),
+                         _n(k.sass_instructions) if k.compiled else "not compiled",
+                         ", ".join(k.ptx_features) or "-", ", ".join(k.sass_features) or "-", mix or "-"])
+        print_table(console, "kernels", [Col("kernel", ident=True), Col("regs"), Col("smem B"), Col("stack B"),
+                                         Col("spill st/ld B"), Col("LDL/STL"), Col("SASS instrs"),
+                                         Col("features (PTX)"), Col("features (SASS)"), Col("top of mix")], rows)
+        if report.unreachable_functions:
+            console.print(Text("not counted (no kernel entry calls them): "
+                               + ", ".join(report.unreachable_functions), style="dim"))
+    shown = errors + (warnings if verbose else [])
+    limit = len(shown) if verbose else 8
+    for d, lines in shown[:limit]:
+        where = f"{d.file}:{','.join(map(str, lines[:6]))}{',…' if len(lines) > 6 else ''}" if lines else d.file
+        ctx = d.context if verbose or len(d.context) <= 72 else d.context[:71] + "…"
+        console.print(Text(f"{where}: {d.severity}: {d.message}" + (f"\n    {ctx}" if ctx else ""),
+                           style="red" if d.severity in ("error", "fatal") else "yellow"))
+    hidden = []
+    if len(shown) > limit:
+        hidden.append(f"{len(shown) - limit} more errors")
+    if warnings and not verbose:
+        hidden.append(f"{len(warnings)} warning{'s' if len(warnings) > 1 else ''}")
+    if not report.compiled and not verbose:
+        hidden.append("the feature and kernel tables")
+    if hidden:
+        console.print(Text(f"--verbose shows {', '.join(hidden)}; --json everything", style="dim"))
 
-    def _n(x: int | None) -> str:
-        return "-" if x is None else str(x)
 
-    for k in report.kernels:
-        mix = ", ".join(f"{fam} {n}" for fam, n in list(k.instruction_mix.items())[:3])
-        spill = f"{_n(k.spill_stores)}/{_n(k.spill_loads)}"
-        kt.add_row(k.name, _n(k.registers), _n(k.smem_bytes), _n(k.stack_bytes),
-                   Text(spill, style="red" if (k.spill_stores or k.spill_loads) else ""),
-                   Text(f"{k.ldl}/{k.stl}", style="red" if (k.ldl or k.stl) else ""),
-                   _n(k.sass_instructions) if k.compiled else "not compiled",
-                   ", ".join(k.ptx_features) or "-", ", ".join(k.sass_features) or "-", mix or "-")
-    parts.append(kt)
-    if report.unreachable_functions:
-        parts.append(Text(f"not counted (no kernel entry calls them): {', '.join(report.unreachable_functions)}",
-                          style="dim"))
-    shown = [d for d in report.diagnostics if d.severity in ("error", "fatal")] or report.diagnostics
-    for d in shown[:20]:
-        parts.append(Text(str(d) + (f"\n    {d.context}" if d.context else ""),
-                          style="red" if d.severity in ("error", "fatal") else "yellow"))
-    if len(shown) > 20:
-        parts.append(Text(f"... {len(shown) - 20} more diagnostics (see --json)"))
-    return Group(*parts)
+def _n(x: int | None) -> str:
+    return "-" if x is None else str(x)
+
+
+def _print_features(console: Any, report: VerifyReport) -> None:
+    from rich.text import Text
+
+    from kernelpro.tables import Col, print_table
+
+    if not report.features:
+        return
+    rows = []
+    for f, status in report.features.items():
+        ks = [k for k in report.kernels if f in k.ptx_features]
+        ptx_ev = sorted({op for k in ks for op in k.ptx_features[f]})
+        sass_ev = sorted({op for k in ks for op in k.sass_features.get(f, [])})
+        rows.append([f, Text(status, style=_STYLE[status]), ", ".join(k.demangled or k.name for k in ks) or "-",
+                     ", ".join(ptx_ev[:4] + ([f"+{len(ptx_ev) - 4} more"] if len(ptx_ev) > 4 else [])) or "-",
+                     ", ".join(sass_ev[:6]) or "-"])
+    print_table(console, "features" + (" requested" if report.requested else " found in PTX"),
+                [Col("feature", ident=True), Col("status"), Col("kernels", ident=True), Col("PTX evidence"),
+                 Col("SASS evidence")], rows)
 
 
 # -- CLI ------------------------------------------------------------------------------------------
@@ -405,6 +458,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", help="take the requested features from this task (path, suite/name or name)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--keep", metavar="DIR", help="keep the .ptx/.cubin under DIR")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="every diagnostic (warnings too) with its full source line, and the tables after a failed compile")
 
 
 def _default_cache() -> Path:
@@ -413,6 +468,9 @@ def _default_cache() -> Path:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """`kernelpro verify`: exit 0 when it compiled and every requested feature is emitted, else 1."""
+    from kernelpro.static.compile import check_target
+
+    check_target(args.arch)
     requested: list[str] | None = None
     task = None
     if getattr(args, "task", None):
@@ -430,7 +488,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     else:
         from rich.console import Console
 
-        Console().print(render_report(report))
+        print_report(Console(), report, verbose=getattr(args, "verbose", False))
     return 0 if (report.passed if report.requested else report.compiled) else 1
 
 

@@ -228,7 +228,20 @@ def load_suite(suite: str | Path) -> list[Task]:
         folder = suite_dir(str(suite))
         name = str(suite)
     tasks = [load_task(p, suite=name) for p in sorted(folder.glob("*.py")) if not p.name.startswith("_")]
+    if not tasks:
+        raise TaskError(f"{folder} holds no task files (*.py with Model, get_inputs, get_init_inputs); pass a "
+                        "suite name (ptxbench) or a folder of task files")
     return sorted(tasks, key=lambda t: (t.level, t.name))
+
+
+def reference_solution(task: Task) -> Path | None:
+    """The suite's own solution for a task (reference/<name>.py|.cu|.ptx beside tasks/), if it ships one."""
+    base = task.path.parent.parent / "reference"
+    for ext in (".py", ".cu", ".ptx"):
+        p = base / f"{task.name}{ext}"
+        if p.is_file():
+            return p
+    return None
 
 
 def find_task(spec: str) -> Task:
