@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The energy objective on one H200 (about 5 minutes; the node budget and rounds are sized for that): `kernelpro optimize --objective energy` on the
-# headline GEMM template (LLM-free parameter policy, greedy, a small node budget), then --confirm:
+# The energy objective on one H200 (about 5 minutes per call; node budget and rounds are sized for it):
+# `kernelpro optimize --objective energy` on the headline GEMM template (LLM-free parameter policy,
+# greedy, a small node budget), then --confirm:
 # start (the tuned defaults) and best side by side over several rounds in one worker, energy per call
 # and telemetry in every round, and the HTML report with the power / clock traces.
-#   bash docs/measurements/recipes/gpu_energy_objective.sh
-#   NODES=8 ROUNDS=4 TASK=ptxbench/gemm_bf16 bash docs/measurements/recipes/gpu_energy_objective.sh
+#   bash docs/measurements/recipes/gpu_energy_objective.sh                      # the headline GEMM
+#   TASK=ptxbench/rmsnorm_bf16 NODES=8 OUT=$OUT/rms bash docs/measurements/recipes/gpu_energy_objective.sh
+#       # the memory-bound template (ring depth, bytes per stage, resident CTAs per SM); a second call
 # Target: best uses >= 10% fewer J/call than the start at <= 2% speed loss, in the compare rounds
 # (the 'energy' columns of the comparison), not in the search's own best-of-many figures.
 # Outputs under $OUT: energy.db, energy_report.html, confirm.json.

@@ -150,10 +150,22 @@ __device__ __forceinline__ float warp_max(float v) {
 
 constexpr int ROW_THREADS = 256;     // 8 warps per CTA
 constexpr int ROW_WARPS = ROW_THREADS / 32;
-constexpr int ROW_STAGES = 3;        // TMA ring depth (row blocks in flight per CTA)
+// Tunable with -DKP_ROW_STAGES / -DKP_ROW_STAGE_KB / -DKP_ROW_CTAS_PER_SM (build(defines=...)): the
+// parameter search varies them; the defaults are the tuned reference.
+#ifndef KP_ROW_STAGES
+#define KP_ROW_STAGES 3
+#endif
+#ifndef KP_ROW_STAGE_KB
+#define KP_ROW_STAGE_KB 32
+#endif
+#ifndef KP_ROW_CTAS_PER_SM
+#define KP_ROW_CTAS_PER_SM 0
+#endif
+constexpr int ROW_STAGES = KP_ROW_STAGES;   // TMA ring depth (row blocks in flight per CTA)
 constexpr int ROW_CHUNK = 256;       // TMA box inner size in elements (the 256 maximum, 512 bytes)
 constexpr int ROW_CHUNK_BYTES = ROW_CHUNK * 2;
-constexpr uint32_t ROW_STAGE_TARGET = 32768;  // bytes per stage the host aims for (plan_rows never exceeds it)
+constexpr uint32_t ROW_STAGE_TARGET = KP_ROW_STAGE_KB * 1024;  // bytes per stage the host aims for (plan_rows never exceeds it)
+constexpr int ROW_CTAS_PER_SM = KP_ROW_CTAS_PER_SM;  // resident CTAs per SM the launch allows (0: occupancy)
 constexpr size_t ROW_SMEM_MAX = size_t(ROW_STAGES) * ROW_STAGE_TARGET + 1024;
 
 // What a row team sees: its threads (T = 32 * team_warps of them, tt = index within the team), the
@@ -367,6 +379,7 @@ static const char* launch_rows(const Op& op, const void* x, int64_t rows, int64_
   if (err) return err;
   int occ = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, ROW_THREADS, p.smem) != cudaSuccess || occ < 1) occ = 1;
+  if (ROW_CTAS_PER_SM > 0 && occ > ROW_CTAS_PER_SM) occ = ROW_CTAS_PER_SM;
   const int64_t cap = int64_t(sms) * occ;
   const int grid = static_cast<int>(p.nblocks < cap ? p.nblocks : cap);
   k<<<grid, ROW_THREADS, p.smem, stream>>>(map, op, static_cast<int>(rows), static_cast<int>(cols), p.team_warps,
@@ -396,11 +409,13 @@ static bool kpm_tma_rows_ok(const torch::Tensor& x) {
 _BUILT: dict[str, object] = {}
 
 
-def build(stem: str, cuda_src: str, cpp_src: str, functions: list[str]):
-    """Compile (once per process and source) and return the extension module."""
+def build(stem: str, cuda_src: str, cpp_src: str, functions: list[str], defines: dict | None = None):
+    """Compile (once per process, source and `defines`, e.g. {"ROW_STAGES": 4} -> -DKP_ROW_STAGES=4)
+    and return the extension module."""
     cuda = CUDA_PRELUDE + "\n" + cuda_src
     cpp = CPP_PRELUDE + "\n" + cpp_src
-    key = hashlib.sha256("\0".join([cuda, cpp, *functions, *NVCC_FLAGS]).encode()).hexdigest()[:16]
+    flags = list(NVCC_FLAGS) + [f"-DKP_{k}={int(v)}" for k, v in sorted((defines or {}).items())]
+    key = hashlib.sha256("\0".join([cuda, cpp, *functions, *flags]).encode()).hexdigest()[:16]
     if key not in _BUILT:
         # Looked up at call time so a caller that swaps load_inline (static verification) sees the call.
         import torch.utils.cpp_extension as ce
@@ -411,7 +426,7 @@ def build(stem: str, cuda_src: str, cpp_src: str, functions: list[str]):
             cuda_sources=cuda,
             functions=functions,
             # An explicit -gencode keeps torch from adding a plain sm_90 pass (no arch-specific TMA forms).
-            extra_cuda_cflags=list(NVCC_FLAGS),
+            extra_cuda_cflags=flags,
             verbose=False,
         )
     return _BUILT[key]

@@ -7,13 +7,19 @@ owns a row: each thread reads its 16-byte vectors from shared memory once, the t
 squares in fp32, and the thread scales by rsqrt(mean + eps) and by the weight (held in registers for the
 whole kernel, loaded once per CTA) and writes bf16 with 16-byte global stores. The result is rounded to
 bf16 once (PyTorch rounds x * rsqrt(...) to bf16 before the weight multiply; the difference is within
-one bf16 ulp). The extension is built when this module is imported.
+one bf16 ulp). The extension is built with the model (``ModelNew()``), for ``PARAMS``.
+
+A template for the parameter search too (``PARAMS``, ``make_source``, ``validate``, ``LADDERS``): the
+row pipeline's ring depth, bytes per stage and resident CTAs per SM, passed to nvcc as ``-DKP_<NAME>``.
+Those change how many bytes are in flight and how many SMs stream at once, so bandwidth and power move
+differently: the energy objective's memory-bound template.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+import types
 from pathlib import Path
 
 import torch
@@ -21,14 +27,29 @@ import torch.nn as nn
 
 EPS = 1e-6  # the task's EPS (its Model reads the module global; ModelNew takes no arguments either)
 
+PARAMS = {
+    "ROW_STAGES": 3,
+    "ROW_STAGE_KB": 32,
+    "ROW_CTAS_PER_SM": 0,
+}
+
+# ---- candidate body (make_source copies everything from here to the end marker) ----
+
 
 def load_common():
-    name = "kp_ptxbench_memops_common"
+    """_memops_common.py beside this file, or the copy a generated candidate embeds (_COMMON_SRC)."""
+    embedded = globals().get("_COMMON_SRC")
+    name = "kp_ptxbench_memops_common" + ("_embedded" if embedded else "")
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("_memops_common.py"))
-        mod = importlib.util.module_from_spec(spec)
+        if embedded:
+            mod = types.ModuleType(name)
+            exec(compile(embedded, "_memops_common.py", "exec"), mod.__dict__)  # noqa: S102 - our own source
+        else:
+            spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("_memops_common.py"))
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[name] = mod
+            spec.loader.exec_module(mod)
         sys.modules[name] = mod
-        spec.loader.exec_module(mod)
     return sys.modules[name]
 
 
@@ -127,12 +148,59 @@ torch::Tensor rmsnorm_bf16(torch::Tensor X, torch::Tensor W, double eps) {
 }
 """
 
-_ext = load_common().build("rmsnorm_bf16", CUDA_SRC, CPP_SRC, ["rmsnorm_bf16"])
+def _build(params: dict):
+    return load_common().build("rmsnorm_bf16", CUDA_SRC, CPP_SRC, ["rmsnorm_bf16"], defines=params)
 
 
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
+        self._ext = _build(PARAMS)   # built with the model: the compile stays out of the first timed call
 
     def forward(self, X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
-        return _ext.rmsnorm_bf16(X, W, EPS)
+        return self._ext.rmsnorm_bf16(X, W, EPS)
+# ---- end candidate body ----
+
+
+def make_source(params: dict) -> str:
+    """A standalone candidate .py for ``params`` (merged over PARAMS), _memops_common.py embedded."""
+    merged = {**PARAMS, **params}
+    unknown = sorted(set(merged) - set(PARAMS))
+    if unknown:
+        raise ValueError(f"unknown PARAMS keys {unknown}; valid keys: {list(PARAMS)}")
+    common = Path(__file__).with_name("_memops_common.py").read_text()
+    if "\'\'\'" in common:
+        raise ValueError("_memops_common.py cannot be embedded in a raw triple-quoted string")
+    me = Path(__file__).read_text()
+    head = me[:me.index("PARAMS = {")]
+    body = me[me.index("# ---- candidate body"):me.index("# ---- end candidate body ----")]
+    params_text = "{\n" + "".join(f'    "{k}": {int(v)},\n' for k, v in merged.items()) + "}"
+    return f"{head}PARAMS = {params_text}\n\n_COMMON_SRC = r\'\'\'{common}\'\'\'\n\n{body}"
+
+
+# ---- search space, read by the LLM-free parameter policy (kernelpro.agent.policy_param) ----
+
+LADDERS = {
+    "ROW_STAGES": [2, 3, 4, 5, 6],
+    "ROW_STAGE_KB": [8, 16, 32, 48, 64],
+    "ROW_CTAS_PER_SM": [0, 1, 2, 3, 4],
+}
+GUIDANCE = [
+    (r"latency|stall|long.?scoreboard|mbarrier|tma.*(wait|starv)", "ROW_STAGES", +1, 2.0),
+    (r"shared.?memory|smem|occupancy", "ROW_STAGE_KB", -1, 1.5),
+    (r"dram|memory.?bound|bandwidth", "ROW_CTAS_PER_SM", +1, 1.0),
+]
+
+
+def validate(p: dict) -> str | None:
+    """Why ``p`` cannot build or launch; None if valid."""
+    st, kb, ctas = p.get("ROW_STAGES", 3), p.get("ROW_STAGE_KB", 32), p.get("ROW_CTAS_PER_SM", 0)
+    if not 2 <= st <= 8:
+        return "ROW_STAGES must be in [2, 8]"
+    if kb not in (8, 16, 32, 48, 64):
+        return "ROW_STAGE_KB must be 8, 16, 32, 48 or 64"
+    if st * kb * 1024 + 1024 > 232448:
+        return "ROW_STAGES * ROW_STAGE_KB over the 227 KB of shared memory per block"
+    if not 0 <= ctas <= 8:
+        return "ROW_CTAS_PER_SM must be in [0, 8] (0: as many as fit)"
+    return None
