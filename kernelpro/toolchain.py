@@ -125,6 +125,20 @@ def tool_version(path: Path) -> str:
     return lines[-1].strip() if lines else "?"
 
 
+def isolation_row() -> tuple[str, str, str]:
+    """Which sandbox candidate processes get here (kernelpro.isolation), and what it leaves open."""
+    from kernelpro import isolation
+    from kernelpro.errors import KernelProError
+
+    try:
+        mode, why = isolation.selected()
+    except KernelProError as e:
+        return ("isolation", "missing", str(e))
+    d = isolation.describe(mode)
+    status = "ok" if mode == "bwrap" else "weak"
+    return ("isolation", status, f"{mode} ({why}): network {d['network']}, filesystem {d['filesystem']}")
+
+
 def doctor_rows() -> list[tuple[str, str, str]]:
     """(component, status, detail) rows for `kernelpro doctor`."""
     rows = []
@@ -136,6 +150,7 @@ def doctor_rows() -> list[tuple[str, str, str]]:
         rows.append(("gpu", "missing", f"{reason}: disables correctness, timing, energy, profiling"))
     for g in gpus():
         rows.append((f"gpu{g.index}", "ok", f"{g.name}, {g.arch}, {g.sms} SMs, {g.memory_gib:.0f} GiB"))
+    rows.append(isolation_row())
     try:
         import pynvml
 

@@ -28,7 +28,9 @@ def test_every_adversarial_candidate_names_a_known_check():
     from kernelpro.harness.evaluate import CHECKS
 
     for e in entries("adversarial"):
-        assert e.expect in CHECKS, e.name
+        for want in (e.expect, e.expect_cuda or e.expect):
+            # "passed" only for an adaptive candidate whose switch never flips under one observation state
+            assert want in CHECKS or (want == "passed" and e.switch), e.name
 
 
 def test_corpus_covers_every_named_exploit():
@@ -37,5 +39,14 @@ def test_corpus_covers_every_named_exploit():
                 "output_aliases_input", "input_mutated", "library_fallback", "patched_torch", "patched_timer",
                 "reads_reference_output", "lower_precision", "lazy_output", "memory_reuse", "spawned_threads",
                 "spawned_process", "try_except_fallback", "impossible_speed", "timeout", "crash", "oom",
-                "compile_error"}
+                "compile_error", "frame_access", "writes_outside"}
     assert required <= names, required - names
+
+
+def test_adaptive_candidates_cover_every_switch_class():
+    """Call counting, stack/frame inspection, tracer/profiler/dispatch sniffing, symlinked helpers,
+    import-time spawns, other spellings of a forbidden op and writes outside the sandbox."""
+    names = {e.path.stem for e in entries("adversarial")}
+    assert {"adaptive_call_count", "adaptive_call_count_cached", "adaptive_gettrace", "adaptive_profiler_flag",
+            "adaptive_dispatch_mode", "adaptive_stack_inspect", "frame_walk_timer", "frame_via_traceback",
+            "symlinked_helper", "spawned_at_import", "library_fallback_addmm_", "writes_store"} <= names

@@ -4,6 +4,7 @@ test_adversarial.py and test_worker.py)."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -178,23 +179,57 @@ def test_forbidden_ops_bind_only_the_candidates_own_call(tmp_path):
     assert r["reason"] == "library_fallback", (r.get("reason"), r.get("detail"))
 
 
-@pytest.mark.parametrize("tool,flagged", [("ptxas", False), ("miner", True)])
+@pytest.mark.parametrize("tool,flagged", [("which", False), ("miner", True)])
 def test_jit_compiler_spawn_is_allowed_through_posix_spawn(tmp_path, tool, flagged):
     """Triton runs ptxas through subprocess, which on Linux may use os.posix_spawn: the audit saw
     `os.posix_spawn` after the allowed `subprocess.Popen` and flagged honest Triton kernels on the H200."""
     import os
+    import shutil
     import subprocess
 
     from kernelpro.harness.guards import _Audit
 
-    exe = tmp_path / tool
-    exe.write_text("#!/bin/sh\nexit 0\n")
-    exe.chmod(0o755)
+    if tool == "which":
+        exe = shutil.which("which")
+        assert exe, "the system's `which` is a JIT tool Triton runs"
+    else:
+        exe = str(tmp_path / tool)
+        Path(exe).write_text("#!/bin/sh\nexit 0\n")
+        Path(exe).chmod(0o755)
     _Audit.install()
     with _Audit.watch() as events:
-        subprocess.run([str(exe)], close_fds=False, check=True)   # close_fds=False: the posix_spawn path
-        pid = os.posix_spawn(str(exe), [str(exe)], dict(os.environ))
+        subprocess.run([exe, "which"], close_fds=False, check=True, capture_output=True)  # the posix_spawn path
+        pid = os.posix_spawn(exe, [exe, "which"], dict(os.environ))
         os.waitpid(pid, 0)
     assert bool(events) is flagged, events
     if flagged:
         assert "os.posix_spawn" in events
+
+
+def test_a_jit_tool_is_judged_by_what_it_really_is(tmp_path):
+    """A Python interpreter symlinked as `cc`, or a Python script named `ptxas`, passed the basename
+    allow-list; the real executable decides."""
+    import sys
+
+    from kernelpro.harness.guards import _is_jit_tool
+
+    cc = tmp_path / "cc"
+    cc.symlink_to(sys.executable)
+    assert not _is_jit_tool((str(cc), [str(cc), "-c", "pass"], None, None))
+    script = tmp_path / "ptxas"
+    script.write_text("#!/usr/bin/env python3\nprint(1)\n")
+    script.chmod(0o755)
+    assert not _is_jit_tool((str(script), [str(script)], None, None))
+    gcc = __import__("shutil").which("gcc") or __import__("shutil").which("cc")
+    if gcc:
+        assert _is_jit_tool((gcc, [gcc, "--version"], None, None))
+
+
+def test_op_families_catch_every_spelling():
+    from kernelpro.harness.guards import forbidden_families, op_family
+
+    fam = forbidden_families(["aten::addmm", "aten::mm"])
+    for spelt in ("aten::addmm_", "aten::addmm.out", "aten::addmm.default", "addmm", "aten::mm.out"):
+        assert op_family(spelt) in fam, spelt
+    assert op_family("aten::_addmm_activation") not in fam
+    assert op_family("aten::bmm") not in fam

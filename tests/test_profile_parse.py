@@ -71,6 +71,19 @@ def test_executed_opcodes_on_recorded_wgmma_run():
     assert not executed_ok(profiles, (), "sm_100a")       # no UTC*/LDTM/STTM on this kernel
 
 
+def test_a_decoy_launch_does_not_carry_the_feature():
+    """One tiny launch that runs HGMMA beside the kernel doing the work (no HGMMA) is not evidence."""
+    work = KernelProfile("naive_gemm", 1, duration_ns=990_000.0, instances={"sass__inst_executed_per_opcode": {"FFMA": 1e9}})
+    decoy = KernelProfile("decoy", 2, duration_ns=2_000.0, instances={"sass__inst_executed_per_opcode": {"HGMMA": 4.0}})
+    assert not executed_ok([work, decoy], ("wgmma",))
+    assert not executed_ok([work, decoy], ())
+    assert evidence_payload([work, decoy], ("wgmma",), "sm_90a")["features"]["wgmma"]["in_dominant"] == []
+    # a real two-kernel pipeline: the MMA kernel is 45% of the time, inside the 80% that does the work
+    prod = KernelProfile("producer", 3, duration_ns=550_000.0, instances={"sass__inst_executed_per_opcode": {"LDG": 1e6}})
+    mma = KernelProfile("mma", 4, duration_ns=450_000.0, instances={"sass__inst_executed_per_opcode": {"HGMMA": 1e6}})
+    assert executed_ok([prod, mma, decoy], ("wgmma",))
+
+
 def test_executed_evidence_is_false_without_opcode_data():
     p = KernelProfile("k", metrics={"gpu__time_duration.sum": (1.0, "nsecond")})
     assert not executed_ok([p], ("wgmma",))

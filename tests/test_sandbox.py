@@ -114,3 +114,13 @@ def test_unknown_isolation_mode_is_one_line_error(monkeypatch):
     monkeypatch.setenv("KERNELPRO_ISOLATION", "jail")
     with pytest.raises(KernelProError, match="KERNELPRO_ISOLATION='jail' is not one of"):
         isolation.selected()
+
+
+def test_doctor_names_the_isolation_mode():
+    from kernelpro import isolation
+    from kernelpro.toolchain import isolation_row
+
+    name, status, detail = isolation_row()
+    mode, _ = isolation.selected()
+    assert name == "isolation" and detail.startswith(mode)
+    assert status == ("ok" if mode == "bwrap" else "weak")

@@ -4,6 +4,7 @@ probes that name why an order-dependent, cached or library-dependent candidate f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -23,6 +24,8 @@ from kernelpro.harness.guards import (
     _children_pids,
     _OpRecorder,
     classify_exception,
+    forbidden_families,
+    op_family,
     precision_flags,
     restore_precision,
 )
@@ -36,6 +39,7 @@ from kernelpro.harness.tensors import (
     poison_allocator,
 )
 
+_AUDIT_FRAME_EVENTS = ("sys._getframe", "sys._current_frames", "object.__getattr__")
 _sysrandom = random.SystemRandom()
 _Tensor = torch.Tensor
 
@@ -55,77 +59,118 @@ class CorrectnessChecks:
     """The Evaluator's correctness stage (a mixin: the verdict bookkeeping and setup live in evaluate)."""
 
     # -- running the candidate under watch ----------------------------------------------------------
-    def _run_candidate(self, model: Any, args: list[Any], *, profile: bool = False,
-                       audited: bool = True) -> tuple[Any, dict[str, Any]]:
-        """Call the candidate once with every runtime check armed; returns (output, observations)."""
-        obs: dict[str, Any] = {"swallowed": [], "audit": [], "ops": set(), "kernels": [], "other_stream": []}
-        threads_before = set(threading.enumerate())
-        children_before = _children_pids()
-        stream_before = torch.cuda.current_stream() if self.on_gpu else None
-        swallowed: list[str] = obs["swallowed"]
+    # -- one state for every candidate call -------------------------------------------------------
+    # What a candidate could sense of being watched is the same in every call, checked or timed: the
+    # exception tracer is installed before its import and stays on to the end; on the GPU every call
+    # (checked, probe, timed) runs inside a torch-profiler session with CUDA activity (kineto/CUPTI
+    # records the kernels below Python); on the CPU one op recorder (a dispatch mode) is on for the whole
+    # evaluation and only records while the candidate's own call runs.
+    def _start_watch(self) -> None:
         cand_file = self.cand_path
+        sink: list[list[str]] = [[]]
+        self._swallow_sink = sink
 
         def local(frame, event, arg):
             if event == "exception" and not issubclass(arg[0], StopIteration | GeneratorExit):
-                swallowed.append(f"{arg[0].__name__} at line {frame.f_lineno}")
+                sink[0].append(f"{arg[0].__name__} at line {frame.f_lineno}")
             return local
 
         def tracer(frame, event, arg):
             return local if frame.f_code.co_filename == cand_file else None
 
-        prof = None
-        marker = None
-        recorder = None
-        if profile and not self.on_gpu:
-            recorder = _OpRecorder()
-            recorder.__enter__()
-        elif profile:
-            from torch.profiler import ProfilerActivity
-            from torch.profiler import profile as _profile
+        self._tracer = tracer
+        self._old_trace = sys.gettrace()
+        sys.settrace(tracer)
+        threading.settrace(tracer)
+        self._recorder = None
+        if not self.on_gpu:
+            self._recorder = _OpRecorder()
+            self._recorder.recording = False
+            self._recorder.__enter__()
 
-            acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.on_gpu else [])
-            prof = _profile(activities=acts)
-            prof.__enter__()
-            if self.on_gpu:
-                marker = torch.empty(1, device=self.device)
-                marker.fill_(1.0)  # a kernel on the caller's stream: its profiler stream id is "ours"
+    def _stop_watch(self) -> None:
+        sys.settrace(getattr(self, "_old_trace", None))
+        threading.settrace(None)  # type: ignore[arg-type]
+        if getattr(self, "_recorder", None) is not None:
+            self._recorder.__exit__(None, None, None)
+            self._recorder = None
+
+    def _check_tracer(self, ctx: str) -> None:
+        if sys.gettrace() is not self._tracer:
+            self.fail("patched_torch", f"{ctx}: the candidate replaced or removed the interpreter's tracer")
+            sys.settrace(self._tracer)
+
+    @contextlib.contextmanager
+    def _profiler(self):
+        """The GPU session every candidate call runs in (None on the CPU, where the recorder is on)."""
+        if not self.on_gpu:
+            yield None
+            return
+        from torch.profiler import ProfilerActivity
+        from torch.profiler import profile as _profile
+
+        prof = _profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+        prof.__enter__()
+        try:
+            yield prof
+        finally:
+            prof.__exit__(None, None, None)
+
+    @contextlib.contextmanager
+    def _recording(self, ops: set[str]):
+        """The CPU recorder records into `ops` inside this block only."""
+        rec = self._recorder
+        if rec is None:
+            yield
+            return
+        rec.ops = ops
+        rec.recording = True
+        try:
+            yield
+        finally:
+            rec.recording = False
+
+    def _run_candidate(self, model: Any, args: list[Any], *, profile: bool = False,
+                       audited: bool = True) -> tuple[Any, dict[str, Any]]:
+        """Call the candidate once with every runtime check armed; returns (output, observations).
+        Every call is observed the same way; `profile` only says whether its record is read."""
+        obs: dict[str, Any] = {"swallowed": [], "audit": [], "ops": set(), "kernels": [], "other_stream": []}
+        threads_before = set(threading.enumerate())
+        children_before = _children_pids()
+        stream_before = torch.cuda.current_stream() if self.on_gpu else None
+        self._swallow_sink[0] = obs["swallowed"]
         out = None
         err: BaseException | None = None
-        old_trace = sys.gettrace()
-        try:
-            with _Audit.watch() as events:
-                sys.settrace(tracer)
-                try:
+        ops: set[str] = set()
+        with self._profiler() as prof:
+            if prof is not None:
+                marker = torch.empty(1, device=self.device)
+                marker.fill_(1.0)  # a kernel on the caller's stream: its profiler stream id is "ours"
+            try:
+                with _Audit.watch() as events:
                     # The range marks the candidate's own call: only ops and kernels launched inside it
                     # are the candidate's (the harness's checks after it, e.g. snapshot clones, are not).
-                    with torch.no_grad(), torch.profiler.record_function(CANDIDATE_RANGE):
+                    with self._recording(ops), torch.no_grad(), torch.profiler.record_function(CANDIDATE_RANGE):
                         out = model(*args)
-                finally:
-                    sys.settrace(old_trace)
-                    if recorder is not None:
-                        recorder.__exit__(None, None, None)
-                        obs["ops"] = set(recorder.ops)
-                        recorder = None
-                obs["audit"] = list(events) if audited else []
-        except BaseException as e:  # noqa: BLE001 - anything escaping candidate code is its failure
-            err = e
-        new_threads = [t for t in set(threading.enumerate()) - threads_before if t.is_alive()]
-        if err is None and out is not None:
-            self._async_checks(out, stream_before, obs)
-        try:
-            self._sync()
-        except BaseException as e:  # noqa: BLE001
-            err = err or e
-        if prof is not None:
+                    obs["audit"] = list(events) if audited else []
+            except BaseException as e:  # noqa: BLE001 - anything escaping candidate code is its failure
+                err = e
+            finally:
+                self._swallow_sink[0] = []
+            new_threads = [t for t in set(threading.enumerate()) - threads_before if t.is_alive()]
+            if err is None and out is not None:
+                self._async_checks(out, stream_before, obs)
             try:
-                prof.__exit__(None, None, None)
-                if err is None:
-                    self._read_profile(prof, obs)
+                self._sync()
+            except BaseException as e:  # noqa: BLE001
+                err = err or e
+        obs["ops"] = ops
+        if prof is not None and profile and err is None:
+            try:
+                self._read_profile(prof, obs)
             except Exception as e:  # noqa: BLE001 - a profiler failure is ours, not the candidate's
                 self.warn("profiler", f"profiler failed: {type(e).__name__}: {e}"[:200])
-        if recorder is not None:  # the call raised before the recorder could be closed
-            recorder.__exit__(None, None, None)
-            obs["ops"] = set(recorder.ops)
+        self._check_tracer("call")
         if err is not None:
             name, detail = classify_exception(err)
             raise CandidateFailure(name, detail)
@@ -210,8 +255,13 @@ class CorrectnessChecks:
             if ours is not None and stream != ours:
                 obs["other_stream"].append(f"kernel {ev.get('name', '')[:60]} on stream {stream} (caller's: {ours})")
         obs["kernels"] = names
+        obs["profiled"] = True
 
     def _judge_observations(self, obs: dict[str, Any], ctx: str) -> None:
+        key = ctx.split("@")[0]
+        self._checked_ops.setdefault(key, set()).update(obs.get("ops", set()))
+        if obs.get("profiled"):
+            self._checked_kernels.setdefault(key, []).append(tuple(sorted(obs.get("kernels", []))))
         if obs.get("other_stream"):
             self.fail("other_stream", f"{ctx}: {obs['other_stream'][0]}")
         if obs.get("late_writes"):
@@ -219,6 +269,12 @@ class CorrectnessChecks:
         reads = [e for e in obs.get("audit", []) if e in _AUDIT_READ]
         if reads:
             self.fail("reads_reference_output", f"{ctx}: candidate called {reads[0]} during forward")
+        writes = [e for e in obs.get("audit", []) if e.startswith("write ")]
+        if writes:
+            self.fail("writes_outside", f"{ctx}: {writes[0][6:]}")
+        frames = [e for e in obs.get("audit", []) if e.startswith(_AUDIT_FRAME_EVENTS)]
+        if frames:
+            self.fail("frame_access", f"{ctx}: candidate code called {frames[0]}")
         spawns = [e for e in obs.get("audit", []) if e.startswith(_AUDIT_SPAWN)]
         if spawns or obs.get("new_children"):
             self.fail("spawned_process", f"{ctx}: {spawns[0] if spawns else 'child pids ' + str(obs['new_children'])}")
@@ -237,7 +293,8 @@ class CorrectnessChecks:
             self.fail("library_fallback", f"{ctx}: launched {forbidden[0]}")
 
     def _forbidden(self, obs: dict[str, Any]) -> list[str]:
-        hits = sorted(o for o in obs.get("ops", set()) if o in self.task.forbid_ops)
+        families = forbidden_families(self.task.forbid_ops)
+        hits = sorted(o for o in obs.get("ops", set()) if op_family(o) in families)
         if self.task.forbid_kernels:
             rx = re.compile(self.task.forbid_kernels, re.IGNORECASE)
             hits += [f"kernel {k[:80]}" for k in obs.get("kernels", []) if rx.search(k)]
@@ -473,7 +530,7 @@ class CorrectnessChecks:
         """Run with the forbidden aten ops made to raise: a candidate that then breaks needs them."""
         from torch.utils._python_dispatch import TorchDispatchMode
 
-        forbidden = set(self.task.forbid_ops)
+        forbidden = forbidden_families(self.task.forbid_ops)
         # Only the candidate's own call is probed: the harness's checks around it (output snapshots
         # are clones) may use any op, forbidden or not.
         inside = [False]
@@ -483,7 +540,7 @@ class CorrectnessChecks:
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 name = f"aten::{func._schema.name.split('::')[-1]}"
-                if inside[0] and name in forbidden:
+                if inside[0] and op_family(name) in forbidden:
                     Forbid.hit = name
                     raise RuntimeError(f"kernelpro: forbidden op {name} called on the forced kernel path")
                 return func(*args, **(kwargs or {}))

@@ -54,8 +54,9 @@ from typing import Any
 
 import torch
 
-from kernelpro.harness.checks import CorrectnessChecks
+from kernelpro.harness.checks import _AUDIT_FRAME_EVENTS, CorrectnessChecks
 from kernelpro.harness.guards import (
+    _AUDIT_SPAWN,
     PRECISION_FLAGS,
     CandidateFailure,
     _Audit,
@@ -97,14 +98,20 @@ CHECKS: dict[str, str] = {
     "try_except_fallback": "an exception was swallowed and the reference path ran instead",
     "impossible_speed": "faster than the speed-of-light floor for the problem (not counted)",
     "sanitizer": "compute-sanitizer reported errors",
+    "frame_access": "the candidate's code reached interpreter frames (sys._getframe, inspect/traceback stacks, "
+                    "a traceback's or generator's frame) during import or a call: the harness's state is there",
+    "writes_outside": "the candidate wrote (or tried to write) outside its private folders: the run store, "
+                      "caches, task files or other candidates",
+    "timed_differs": "the timed calls did not do what the checked calls did (other kernels, kernel counts, "
+                     "ops or streams), or their samples disagree with the kernels' own activity record",
 }
 
 # When several checks fail, the most specific name is the reason.
-PRIORITY = ["compile_error", "timeout", "crash", "oom", "sanitizer", "patched_timer", "patched_torch",
-            "spawned_process", "spawned_threads", "reads_reference_output", "memory_reuse", "output_cached",
+PRIORITY = ["compile_error", "timeout", "crash", "oom", "sanitizer", "patched_timer", "frame_access", "patched_torch",
+            "writes_outside", "spawned_process", "spawned_threads", "reads_reference_output", "memory_reuse", "output_cached",
             "lazy_output", "output_aliases_input", "input_mutated", "other_stream", "async_leftover",
             "try_except_fallback", "library_fallback", "lower_precision", "unwritten_output", "nan_inf",
-            "wrong_output", "impossible_speed"]
+            "wrong_output", "timed_differs", "impossible_speed"]
 
 
 @dataclass
@@ -134,6 +141,9 @@ class Evaluator(CorrectnessChecks, TimingStage):
                                        "device": cfg.device, "compiled": False, "correct": False,
                                        "correct_shown": None, "correct_heldout": None}
         self._ref_ops: dict[str, set[str]] = {}
+        # what the checked calls did, per size key: kernel names per call (GPU) and ops (both)
+        self._checked_kernels: dict[str, list[tuple[str, ...]]] = {}
+        self._checked_ops: dict[str, set[str]] = {}
         self._cand_warmed = False
 
     # -- verdict bookkeeping ----------------------------------------------------------------------
@@ -189,7 +199,7 @@ class Evaluator(CorrectnessChecks, TimingStage):
 
     def import_candidate(self) -> Any:
         t0 = _perf_counter()
-        with _Audit.watch():
+        with _Audit.watch() as events:
             try:
                 mod = import_module_from(Path(self.cand_path), f"kp_candidate_{os.getpid()}")
             except BaseException as e:  # noqa: BLE001 - whatever the candidate raises at import
@@ -197,7 +207,19 @@ class Evaluator(CorrectnessChecks, TimingStage):
                 if name != "oom":
                     name = "compile_error"
                 raise CandidateFailure(name, detail) from None
+            seen = list(events)
         self.result["compile_s"] = _perf_counter() - t0
+        # Import is judged too: processes started then (other than compilers) and frame access (the
+        # evaluator's own frames are on the stack during import).
+        spawns = [e for e in seen if e.startswith(_AUDIT_SPAWN)]
+        if spawns:
+            self.fail("spawned_process", f"import: {spawns[0]}")
+        writes = [e for e in seen if e.startswith("write ")]
+        if writes:
+            self.fail("writes_outside", f"import: {writes[0][6:]}")
+        frames = [e for e in seen if e.startswith(_AUDIT_FRAME_EVENTS)]
+        if frames:
+            self.fail("frame_access", f"import: candidate code called {frames[0]}")
         if not hasattr(mod, "ModelNew"):
             raise CandidateFailure("compile_error", "the candidate defines no ModelNew")
         return mod
@@ -231,6 +253,14 @@ class Evaluator(CorrectnessChecks, TimingStage):
 
     def _run(self) -> None:
         _Audit.install()
+        _Audit.candidate_files = {self.cand_path}
+        self._start_watch()
+        try:
+            self._run_watched()
+        finally:
+            self._stop_watch()
+
+    def _run_watched(self) -> None:
         cfg, task = self.cfg, self.task
         self.result["dtype"] = task.dtype
         self.result["precision"] = set_precision_policy(task.dtype)

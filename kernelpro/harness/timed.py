@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +15,13 @@ import torch
 
 from kernelpro import hardware as _hw
 from kernelpro.harness import timing as _timing
-from kernelpro.harness.guards import CandidateFailure, classify_exception
+from kernelpro.harness.checks import _BORING_OPS, CANDIDATE_RANGE
+from kernelpro.harness.guards import CandidateFailure, _Audit, _children_pids, classify_exception
 from kernelpro.harness.tensors import clone_tree, error_stats, flatten, poison_allocator
 from kernelpro.suites.task import import_module_from
 
 _sysrandom = random.SystemRandom()
+OTHER_RANGE = "kernelpro::other"
 
 # The speed-of-light floor uses the datasheet (kernelpro.hardware says why); cfg.ceilings overrides it.
 DEFAULT_CEILINGS = {**_hw.DATASHEET.tensor_flops, "bandwidth": _hw.DATASHEET.bandwidth}
@@ -36,10 +39,24 @@ class TimingStage:
         inputs = self._inputs(mod, seed)
         cin, rin = clone_tree(inputs), clone_tree(inputs)
         last: dict[str, Any] = {}
+        tobs: dict[str, Any] = {"swallowed": [], "audit": [], "ops": set(), "kernels": [], "other_stream": []}
+        sink = self._swallow_sink
 
         def cand() -> None:
-            with torch.no_grad():
-                last["out"] = cand_model(*cin)
+            # the same state as every checked call: tracer on, recorder/profiler on, the same range
+            sink[0] = tobs["swallowed"]
+            try:
+                with self._recording(tobs["ops"]), torch.no_grad(), torch.profiler.record_function(CANDIDATE_RANGE):
+                    last["out"] = cand_model(*cin)
+            finally:
+                sink[0] = []
+
+        def ranged(fn: Any) -> Any:
+            def call() -> None:   # baselines and rivals pay the same range overhead as the candidate
+                with torch.profiler.record_function(OTHER_RANGE):
+                    fn()
+            return call
+
 
         fns: dict[str, Any] = {"candidate": cand}
         notes: dict[str, str] = {}
@@ -48,18 +65,28 @@ class TimingStage:
                 fn = self._baseline(b, ref_model, rin)
                 fn()  # a baseline that fails must fail here, not be blamed on the candidate mid-timing
                 self._sync()
-                fns[b] = fn
+                fns[b] = ranged(fn)
             except Exception as e:  # noqa: BLE001 - a baseline that cannot be built is reported, not fatal
                 notes[b] = f"unavailable: {type(e).__name__}: {str(e)[:120]}"
-        rivals = self._rivals(mod, model_seed, inputs, ref_model, notes)
+        rivals = {k: ranged(f) for k, f in self._rivals(mod, model_seed, inputs, ref_model, notes).items()}
         fns.update(rivals)
         steady = _timing.DEFAULT_STEADY if cfg.steady else None
         runs: dict[str, Any] = {}
+        probes = _TimedProbes(self, mod, inputs, cin, last, ref_model)
+        threads_before = set(threading.enumerate())
+        children_before = _children_pids()
         try:
-            for proto in cfg.protocols:
-                runs[proto] = _timing.time_protocol(fns, self.device, proto, warmup_ms=cfg.warmup_ms,
-                                                    rep_ms=cfg.rep_ms, graphs=cfg.graphs, windows=cfg.windows,
-                                                    steady=steady)
+            with self._profiler() as prof, _Audit.watch() as events:
+                if prof is not None:
+                    marker = torch.empty(1, device=self.device)
+                    marker.fill_(1.0)  # the caller's stream, as in the checked calls
+                for proto in cfg.protocols:
+                    runs[proto] = _timing.time_protocol(fns, self.device, proto, warmup_ms=cfg.warmup_ms,
+                                                        rep_ms=cfg.rep_ms, graphs=cfg.graphs, windows=cfg.windows,
+                                                        steady=steady, before={"candidate": probes.before},
+                                                        after={"candidate": probes.after})
+                tobs["audit"] = list(events)
+                self._sync()
         except BaseException as e:  # noqa: BLE001
             name, detail = classify_exception(e)
             raise CandidateFailure(name, f"during timing: {detail}") from None
@@ -67,6 +94,13 @@ class TimingStage:
         head = runs[cfg.protocols[0]]
         stats = head.stats
         notes.update(head.notes)
+        tobs["new_threads"] = [t.name for t in set(threading.enumerate()) - threads_before if t.is_alive()]
+        tobs["new_children"] = sorted(_children_pids() - children_before)
+        tobs["candidate_threads"] = self._threads_running_candidate_code()
+        self._check_tracer("timing")
+        timed = self._judge_timed(prof, tobs, min(r.stats["candidate"].median_ms for r in runs.values()), cfg.graphs)
+        self._judge_observations(tobs, "default@timed calls")
+        probes.judge()
         by_proto: dict[str, Any] = {}
         for proto, run in runs.items():
             c = run.stats["candidate"].median_ms
@@ -75,7 +109,8 @@ class TimingStage:
         self.result["timing"] = {"size": size, "protocol": head.protocol, "stats": {k: v.to_dict() for k, v in stats.items()},
                                  "notes": notes, "l2_flush": self.on_gpu, "graphs": cfg.graphs,
                                  "telemetry": by_proto[head.protocol]["telemetry"],
-                                 "steady": by_proto[head.protocol]["steady"]}
+                                 "steady": by_proto[head.protocol]["steady"], "observed": timed,
+                                 "output_probes": probes.summary()}
         self.result["protocols"] = by_proto
         cm = stats["candidate"].median_ms
         self.result["speedup"] = by_proto[head.protocol]["speedup"]
@@ -229,3 +264,153 @@ class TimingStage:
                                           f"{floor_ms * 1e3:.2f} us (max(FLOPs/peak, bytes/bandwidth))")
         elif floor_ms > 0:
             self.passed("impossible_speed")
+
+    def _judge_timed(self, prof: Any, tobs: dict[str, Any], cand_ms: float, graphs: bool) -> dict[str, Any]:
+        """The timed calls against the checked ones: the same ops (both devices); on the GPU the same kernel
+        names, a kernel count per call the checked calls had, the caller's stream, and event samples that
+        are not shorter than the kernels' own busy time in the activity record (read below Python)."""
+        key = "default"
+        seen: dict[str, Any] = {"ops": len(tobs["ops"])}
+        checked_ops = self._checked_ops.get(key, set())
+        extra_ops = sorted(o for o in tobs["ops"] if not _BORING_OPS.match(o) and o not in checked_ops)
+        if prof is not None:
+            calls = _timed_calls(prof, tobs)
+            tobs["kernels"] = sorted({n for c in calls for n in c["names"]})
+            seen.update(calls=len(calls))
+            extra_ops = sorted(o for o in tobs["ops"] if not _BORING_OPS.match(o) and o not in checked_ops)
+            sigs = self._checked_kernels.get(key, [])
+            if calls and sigs:
+                allowed = {n for s in sigs for n in s}
+                counts = {len(s) for s in sigs}
+                names = {n for c in calls for n in c["names"]}
+                new = sorted(names - allowed)
+                odd = [i for i, c in enumerate(calls) if len(c["names"]) not in counts]
+                seen.update(kernel_names=sorted(names)[:20], checked_counts=sorted(counts),
+                            odd_count_calls=len(odd))
+                if new:
+                    self.fail("timed_differs", f"timed calls launched {len(new)} kernel(s) no checked call "
+                                               f"launched, e.g. {new[0][:80]}")
+                elif odd and not graphs:
+                    c = calls[odd[0]]
+                    self.fail("timed_differs", f"{len(odd)} of {len(calls)} timed calls launched a kernel count "
+                                               f"the checked calls never did ({len(c['names'])} vs {sorted(counts)})")
+                busy = sorted(c["busy_ms"] for c in calls if c["busy_ms"] > 0)
+                if busy:
+                    med = busy[len(busy) // 2]
+                    seen["kernel_busy_median_ms"] = med
+                    if cand_ms < 0.9 * med:
+                        self.fail("patched_timer", f"timed median {cand_ms * 1e3:.2f} us is below the candidate's "
+                                                   f"own kernel busy time {med * 1e3:.2f} us (activity record)")
+        if extra_ops:
+            self.fail("timed_differs", f"timed calls ran op(s) no checked call ran: {extra_ops[:3]}")
+        return seen
+
+
+def _timed_calls(prof: Any, tobs: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per timed candidate call (one CANDIDATE_RANGE each): kernel names, busy time; kernels on another
+    stream than the caller's go to tobs['other_stream'] and aten ops to tobs['ops']."""
+    import bisect
+    import json
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        path = f.name
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f).get("traceEvents", [])
+    finally:
+        os.unlink(path)
+    ranges = sorted((ev["ts"], ev["ts"] + ev.get("dur", 0)) for ev in events
+                    if ev.get("name") == CANDIDATE_RANGE and ev.get("cat") == "user_annotation")
+    starts = [r[0] for r in ranges]
+
+    def which(ts: float) -> int | None:
+        i = bisect.bisect_right(starts, ts) - 1
+        return i if i >= 0 and ts <= ranges[i][1] else None
+
+    for ev in events:
+        if ev.get("cat") == "cpu_op" and ev.get("name", "").startswith("aten::") and which(ev.get("ts", 0)) is not None:
+            tobs["ops"].add(ev["name"])
+    launched = {ev.get("args", {}).get("correlation"): ev.get("ts", 0) for ev in events
+                if ev.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in ev.get("args", {})}
+    kernels = sorted((ev for ev in events if ev.get("cat") == "kernel"), key=lambda ev: ev.get("ts", 0))
+    ours = next((ev.get("args", {}).get("stream") for ev in kernels if "fill" in ev.get("name", "").lower()), None)
+    calls: list[dict[str, Any]] = [{"names": [], "spans": []} for _ in ranges]
+    for ev in kernels:
+        ts = launched.get(ev.get("args", {}).get("correlation"))
+        i = which(ts) if ts is not None else None
+        if i is None:
+            continue
+        calls[i]["names"].append(ev.get("name", ""))
+        calls[i]["spans"].append((ev.get("ts", 0), ev.get("ts", 0) + ev.get("dur", 0)))
+        stream = ev.get("args", {}).get("stream")
+        if ours is not None and stream != ours and len(tobs["other_stream"]) < 3:
+            tobs["other_stream"].append(f"timed call: kernel {ev.get('name', '')[:60]} on stream {stream} "
+                                        f"(caller's: {ours})")
+    for c in calls:
+        busy, end = 0.0, float("-inf")
+        for s, e in sorted(c.pop("spans")):
+            if e > end:
+                busy += e - max(s, end)
+                end = e
+        c["busy_ms"] = busy / 1e3   # trace times are microseconds
+    return calls
+
+
+class _TimedProbes:
+    """A random subset of the candidate's timed calls (positions from os.urandom, drawn as the loop runs)
+    gets fresh input values swapped into the same tensors before the call and its output copied after,
+    both outside the timed window; after the loop each is compared with the reference. A candidate that
+    is honest only for the first N calls, or returns a cached result while it is timed, fails here."""
+
+    FIRST = 30      # time_interleaved's minimum repetitions: three probes are drawn among them
+    MAX = 12
+
+    def __init__(self, ev: Any, mod: Any, inputs: list[Any], cin: list[Any], last: dict[str, Any], ref_model: Any):
+        self.ev, self.inputs, self.cin, self.last, self.ref_model = ev, inputs, cin, last, ref_model
+        self.fresh = [ev._inputs(mod, int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF) for _ in range(3)]
+        self.early = {int.from_bytes(os.urandom(2), "little") % self.FIRST for _ in range(3)}
+        self.pending: int | None = None
+        self.taken: list[tuple[int, int, list[torch.Tensor]]] = []
+
+    def _pick(self, i: int) -> bool:
+        if len(self.taken) >= self.MAX:
+            return False
+        return i in self.early or (i >= self.FIRST and os.urandom(1)[0] < 8)
+
+    def _fill(self, src: list[Any]) -> None:
+        for x, y in zip(self.cin, src, strict=True):
+            if isinstance(x, torch.Tensor) and x.is_floating_point():
+                x.copy_(y)
+
+    def before(self, i: int) -> None:
+        self.pending = None
+        if self._pick(i):
+            self.pending = len(self.taken) % len(self.fresh)
+            self._fill(self.fresh[self.pending])
+
+    def after(self, i: int) -> None:
+        k = self.pending
+        if k is None:
+            return
+        self.pending = None
+        outs = [t.clone() for t in flatten(self.last.get("out")) if type(t) is torch.Tensor]
+        self.taken.append((i, k, outs))
+        self._fill(self.inputs)
+
+    def judge(self) -> None:
+        ev = self.ev
+        for i, k, outs in self.taken:
+            with torch.no_grad():
+                ref = self.ref_model(*clone_tree(self.fresh[k]))
+            refs = [t for t in flatten(ref) if isinstance(t, torch.Tensor)]
+            if len(outs) != len(refs) or not all(
+                    o.shape == r.shape and o.dtype == r.dtype and error_stats(o, r, ev.task.tolerance)["ok"]
+                    for o, r in zip(outs, refs, strict=True)):
+                ev.fail("wrong_output", f"timed call {i}: wrong output for fresh input values swapped in outside "
+                                        "the timed window (checked only after the loop)")
+                return
+
+    def summary(self) -> dict[str, Any]:
+        return {"probed_calls": [i for i, _, _ in self.taken]}

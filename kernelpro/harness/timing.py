@@ -36,6 +36,7 @@ import ctypes
 import math
 import statistics
 import time
+from array import array
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -60,6 +61,11 @@ try:  # bound before any candidate import; torch is optional for the pure-stats 
 
     _Event = _torch.cuda.Event
     _synchronize = _torch.cuda.synchronize
+    # the events' C methods: a Python-level Event.record/elapsed_time patched during the loop (and
+    # restored before the identity check) changes nothing we measure
+    _EventBase = getattr(_torch._C, "_CudaEventBase", None)
+    _record = getattr(_EventBase, "record", None) or _Event.record
+    _elapsed = getattr(_EventBase, "elapsed_time", None) or _Event.elapsed_time
 except ImportError:  # pragma: no cover - torch is a hard dependency of the evaluator
     _torch = None
 
@@ -187,11 +193,16 @@ def _rep_count(est_ms: float, rep_ms: float, min_reps: int, max_reps: int) -> in
     return int(max(min_reps, min(max_reps, rep_ms / max(est_ms, 1e-4))))
 
 
+Hook = Callable[[int], Any]
+
+
 class _Runner:
     """The callables as timed (eager or graph replays), the L2 flush and the clock of one device."""
 
-    def __init__(self, fns: dict[str, Callable[[], Any]], device: str, flush_l2: bool, graphs: bool):
+    def __init__(self, fns: dict[str, Callable[[], Any]], device: str, flush_l2: bool, graphs: bool,
+                 before: dict[str, Hook] | None = None, after: dict[str, Hook] | None = None):
         self.on_gpu = device.startswith("cuda")
+        self.before, self.after = dict(before or {}), dict(after or {})
         self.notes: dict[str, str] = {}
         self.run = dict(fns)
         self.method = {k: "cuda_events" if self.on_gpu else "perf_counter" for k in fns}
@@ -249,34 +260,53 @@ class _Runner:
         return work
 
     def timed(self, seq: list[str]) -> dict[str, list[float]]:
-        """Time each call of `seq` (names in order), each after an L2 flush; samples in ms by name."""
-        out: dict[str, list[float]] = {k: [] for k in dict.fromkeys(seq)}
+        """Time each call of `seq` (names in order), each after an L2 flush; samples in ms by name.
+        `before[name](k)` / `after[name](k)` run around the k-th timed call of `name`, outside its
+        timed window. Samples are kept in C arrays; the events live only in this frame."""
+        out = {k: array("d") for k in dict.fromkeys(seq)}
+        count = dict.fromkeys(out, 0)
+        before, after = self.before, self.after
         if not self.on_gpu:
             for name in seq:
+                k = count[name]
+                count[name] = k + 1
+                if name in before:
+                    before[name](k)
                 fn = self.run[name]
                 t0 = _perf_counter()
                 fn()
-                out[name].append((_perf_counter() - t0) * 1e3)
-            return out
+                t1 = _perf_counter()
+                out[name].append((t1 - t0) * 1e3)
+                if name in after:
+                    after[name](k)
+            return {k: list(v) for k, v in out.items()}
+        stream = _torch.cuda.current_stream()
         pairs = [(_Event(enable_timing=True), _Event(enable_timing=True)) for _ in seq]
         for i, (name, (s, e)) in enumerate(zip(seq, pairs, strict=True)):
+            k = count[name]
+            count[name] = k + 1
+            if name in before:
+                before[name](k)
             self.flush()
-            s.record()
+            _record(s, stream)
             self.run[name]()
-            e.record()
+            _record(e, stream)
+            if name in after:
+                after[name](k)
             if i % 64 == 63:
                 _synchronize()  # bound the queue so the CPU never runs far ahead of the events
         _synchronize()
         for name, (s, e) in zip(seq, pairs, strict=True):
-            out[name].append(s.elapsed_time(e))
-        return out
+            out[name].append(_elapsed(s, e))
+        return {k: list(v) for k, v in out.items()}
 
 
 def time_protocol(fns: dict[str, Callable[[], Any]], device: str = "cuda", protocol: str = "interleaved", *,
                   warmup_ms: float = 25.0, rep_ms: float = 200.0, min_reps: int = 30, max_reps: int = 2000,
                   flush_l2: bool = True, graphs: bool = False, windows: int = 4,
                   steady: SteadyCriterion | None = DEFAULT_STEADY, nvml: Nvml | None | str = "auto",
-                  sample_period_s: float = 0.02) -> TimingRun:
+                  sample_period_s: float = 0.02, before: dict[str, Hook] | None = None,
+                  after: dict[str, Hook] | None = None) -> TimingRun:
     """Time zero-argument callables under `protocol` (module doc), with steady state and telemetry.
 
     `steady=None` skips the settle step (a fixed `warmup_ms` only); `nvml="auto"` opens the device's
@@ -291,7 +321,7 @@ def time_protocol(fns: dict[str, Callable[[], Any]], device: str = "cuda", proto
     elif isinstance(nvml, str):
         raise KernelProError(f"timing: nvml={nvml!r}; pass 'auto', None or an NVML device")
     dev: Nvml | None = None if isinstance(nvml, str) else nvml
-    r = _Runner(fns, device, flush_l2, graphs)
+    r = _Runner(fns, device, flush_l2, graphs, before, after)
     est = r.estimate(warmup_ms)
     if steady is None:
         st = settle(r.burst(est), None, fallback_s=warmup_ms / 1e3, reason="steady state not asked for")
@@ -326,10 +356,12 @@ def time_protocol(fns: dict[str, Callable[[], Any]], device: str = "cuda", proto
 
 def time_interleaved(fns: dict[str, Callable[[], Any]], device: str = "cuda", *, warmup_ms: float = 25.0,
                      rep_ms: float = 200.0, min_reps: int = 30, max_reps: int = 2000, flush_l2: bool = True,
-                     graphs: bool = False) -> tuple[dict[str, TimingStats], dict[str, str]]:
+                     graphs: bool = False, before: dict[str, Hook] | None = None,
+                     after: dict[str, Hook] | None = None) -> tuple[dict[str, TimingStats], dict[str, str]]:
     """The interleaved protocol without steady state or telemetry; returns (stats by name, notes)."""
     run = time_protocol(fns, device, "interleaved", warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps,
-                        max_reps=max_reps, flush_l2=flush_l2, graphs=graphs, steady=None, nvml=None)
+                        max_reps=max_reps, flush_l2=flush_l2, graphs=graphs, steady=None, nvml=None,
+                        before=before, after=after)
     return run.stats, run.notes
 
 

@@ -1,8 +1,14 @@
 """Executed-instruction evidence: which SASS opcodes a candidate's kernels actually ran (ncu's
 `sass__inst_executed_per_opcode`, an opcode-instanced metric, warp-level counts).
 
-This is the third leg of PTXBench's `correct_with_arch` rule (issue 11): the requested feature's SASS
-family must be present in the binary AND executed more than zero times; static presence never counts.
+This is the third leg of `correct_with_arch`: the requested feature's SASS family must be present in the
+binary AND executed; static presence never counts. Stricter than PTXBench's own rule (a family executed
+anywhere): it must execute in the launches that do the work. The *dominant* launches are the fewest, by
+GPU time (ncu's gpu__time_duration; executed instructions where no time was collected), that together
+cover DOMINANT_SHARE (80%) of the candidate's profiled GPU time; every requested family must execute in
+at least one of them. 80% and not "the single largest": a real pipeline may split the work over two or
+three kernels (a TMA producer and an MMA consumer, a GEMM and its epilogue), and each of those is inside
+80%; a decoy launch, tiny by construction so that it costs nothing, never is.
 """
 
 from __future__ import annotations
@@ -30,6 +36,30 @@ def sass_families(feature: str, arch: str = "sm_90a") -> tuple[str, ...]:
 # Blackwell UTC* or LDTM/STTM.
 ARCH_FAMILIES = {"sm_90a": ("HGMMA", "QGMMA", "UTMALDG", "UTMASTG"),
                  "sm_100a": ("UTCHMMA", "UTCQMMA", "UTCMMA", "UTCCP", "LDTM", "STTM")}
+
+
+DOMINANT_SHARE = 0.8
+
+
+def _weight(p: KernelProfile, by_time: bool) -> float:
+    if by_time:
+        return float(p.duration_ns or p.value("gpu__time_duration.sum") or 0.0)
+    return float(sum(opcode_counts(p).values()))
+
+
+def dominant(profiles: list[KernelProfile], share: float = DOMINANT_SHARE) -> list[KernelProfile]:
+    """The fewest launches, heaviest first, covering `share` of the total GPU time (or of the executed
+    instructions when some launch has no time)."""
+    by_time = bool(profiles) and all((p.duration_ns or p.value("gpu__time_duration.sum")) for p in profiles)
+    ranked = sorted(profiles, key=lambda p: -_weight(p, by_time))
+    total = sum(_weight(p, by_time) for p in ranked)
+    out, acc = [], 0.0
+    for p in ranked:
+        if total > 0 and acc >= share * total:
+            break
+        out.append(p)
+        acc += _weight(p, by_time)
+    return out
 
 
 def opcode_counts(profile: KernelProfile) -> dict[str, float]:
@@ -77,14 +107,16 @@ def feature_evidence(profiles: list[KernelProfile], features: list[str] | tuple[
 
 
 def executed_ok(profiles: list[KernelProfile], features: list[str] | tuple[str, ...], arch: str = "sm_90a") -> bool:
-    """The executed leg of correct_with_arch: every requested feature executed (> 0); with no feature
-    list, any of the arch's headline families executed. False when no opcode data was collected."""
+    """The executed leg of correct_with_arch: every requested feature executed (> 0) in the dominant
+    launches (see the module doc); with no feature list, any of the arch's headline families executed
+    there. False when no opcode data was collected."""
     if not any(opcode_counts(p) for p in profiles):
         return False
+    work = dominant(profiles)
     if features:
-        return all(e.ok for e in feature_evidence(profiles, features, arch).values())
+        return all(e.ok for e in feature_evidence(work, features, arch).values())
     fam = ARCH_FAMILIES.get(arch, ())
-    return any(family_count(opcode_counts(p), fam) > 0 for p in profiles)
+    return any(family_count(opcode_counts(p), fam) > 0 for p in work)
 
 
 def executed_opcodes(target: Target, export: Path | None = None, timeout: float = 600) -> tuple[list[KernelProfile], dict[str, dict[str, float]]]:
@@ -107,8 +139,12 @@ def executed_opcodes(target: Target, export: Path | None = None, timeout: float 
 def evidence_payload(profiles: list[KernelProfile], features: list[str] | tuple[str, ...], arch: str) -> dict[str, Any]:
     """What the run store keeps as proof: per-feature counts plus the raw per-kernel opcode table."""
     ev = feature_evidence(profiles, features, arch) if features else {}
+    work = dominant(profiles)
     return {"arch": arch, "executed_ok": executed_ok(profiles, features, arch),
-            "features": {f: {"families": list(e.families), "executed": e.executed, "kernels": e.kernels}
+            "dominant_share": DOMINANT_SHARE, "dominant": [f"{p.launch}:{p.name}" for p in work],
+            "features": {f: {"families": list(e.families), "executed": e.executed, "kernels": e.kernels,
+                             "in_dominant": sorted({p.name for p in work
+                                                    if family_count(opcode_counts(p), e.families) > 0})}
                          for f, e in ev.items()},
             "opcodes": {f"{p.launch}:{p.name}": opcode_counts(p) for p in profiles}}
 

@@ -71,7 +71,7 @@ def load_inline(name, cpp_sources=None, cuda_sources=None, *args, **kw):
     captured.append({"call": "load_inline", "name": str(name), "cuda": "\n".join(cuda),
                      "has_cpp": bool(_as_list(cpp_sources)), "flags": _flags(kw.get("extra_cuda_cflags")),
                      "include_dirs": _flags(kw.get("extra_include_paths"))})
-    raise _KernelProCaptured()
+    return _Extension(str(name))
 def load(name, sources, *args, **kw):
     files = []
     for s in _as_list(sources):
@@ -81,7 +81,34 @@ def load(name, sources, *args, **kw):
                 files.append({"file": os.path.relpath(p), "text": f.read()})
     captured.append({"call": "load", "name": str(name), "files": files, "flags": _flags(kw.get("extra_cuda_cflags")),
                      "include_dirs": _flags(kw.get("extra_include_paths"))})
-    raise _KernelProCaptured()
+    return _Extension(str(name))
+class _Extension:
+    """Stands in for a built extension so the import goes on to the next build (every extension is
+    captured, not only the first); calling into it stops the run, since nothing was compiled."""
+    def __init__(self, name):
+        self._name = name
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        def call(*a, **k):
+            raise _KernelProCaptured()
+        return call
+def _raw_kernel(code, name, *args, **kw):
+    captured.append({"call": "cupy", "name": str(name), "cuda": str(code),
+                     "flags": [str(o) for o in (kw.get("options") or (args[0] if args else ()) or ())],
+                     "include_dirs": []})
+    return _Extension(str(name))
+def _raw_module(code=None, *args, **kw):
+    if code:
+        captured.append({"call": "cupy", "name": "RawModule", "cuda": str(code),
+                         "flags": [str(o) for o in (kw.get("options") or ())], "include_dirs": []})
+    return _Extension("RawModule")
+try:  # CuPy's NVRTC kernels are captured the same way, where CuPy is installed
+    import cupy as _cupy
+    _cupy.RawKernel = _raw_kernel
+    _cupy.RawModule = _raw_module
+except Exception:  # noqa: BLE001 - no CuPy (or no driver for it): nothing of CuPy to capture
+    pass
 ce.load_inline = load_inline
 ce.load = load
 try:
@@ -100,7 +127,8 @@ try:
     ns = runpy.run_path(path, run_name="__kernelpro_candidate__")
     # Candidates that build when the model is constructed (not at import) are captured by
     # constructing it; a constructor that needs the task's init arguments is left alone.
-    if not captured and isinstance(ns.get("ModelNew"), type):
+    # Constructed even when something was captured at import: a second extension may be built there.
+    if isinstance(ns.get("ModelNew"), type):
         try:
             ns["ModelNew"]()
         except TypeError:
@@ -156,9 +184,12 @@ def extract_sources(candidate_path: str | Path, timeout: float = 120) -> list[Cu
         # -gencode/-arch are dropped: verification picks the target itself.
         flags = [*base_flags, f"-DTORCH_EXTENSION_NAME={cap['name']}", *filter_arch_flags(cap["flags"])]
         inc = [*note.get("include_dirs", []), *(str((path.parent / d).resolve()) for d in cap["include_dirs"])]
-        if cap["call"] == "load_inline":
+        if cap["call"] in ("load_inline", "cupy"):
             if cap["cuda"].strip():
-                sources.append(CudaSource("cu", cap["cuda"], f"{path.name}:load_inline({cap['name']})#{n}", flags, inc))
+                what = "load_inline" if cap["call"] == "load_inline" else "cupy.RawKernel"
+                if cap["call"] == "cupy":   # NVRTC source: no torch extension around it, no -D name
+                    flags = [*base_flags, *filter_arch_flags(cap["flags"])]
+                sources.append(CudaSource("cu", cap["cuda"], f"{path.name}:{what}({cap['name']})#{n}", flags, inc))
         else:
             for f in cap["files"]:
                 sources.append(CudaSource("cu", f["text"], f"{path.name}:load({cap['name']}):{f['file']}", flags,
