@@ -36,6 +36,11 @@ def _tasks_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("suite", nargs="?", default="ptxbench", help="suite name or folder of task files (default ptxbench)")
     p.add_argument("--path", help="a KernelBench checkout (with `kernelbench` as the suite)")
     p.add_argument("--level", type=int, help="only tasks of this level")
+    p.add_argument("--kb-tolerance", choices=("current", "v0"), default=None,
+                   help="KernelBench: the tolerance the degenerate column is judged at (current 1e-4, v0 1e-2)")
+    p.add_argument("--degenerate", choices=("check", "skip"), default="check",
+                   help="KernelBench: probe every reference on the CPU for outputs that ignore its inputs and "
+                        "parameters (cached; default check)")
 
 
 def _tasks_main(args: argparse.Namespace) -> int:
@@ -43,9 +48,17 @@ def _tasks_main(args: argparse.Namespace) -> int:
     from kernelpro.suites.task import load_suite, reference_solution
     from kernelpro.tables import Col, print_table
 
+    deg: dict = {}
     if is_named(args.suite):
-        tasks = get_suite(args.suite).tasks(path=args.path, level=args.level)
+        tasks = get_suite(args.suite).tasks(path=args.path, level=args.level, tolerance=args.kb_tolerance)
+        if args.degenerate == "check" and tasks and tasks[0].suite == "kernelbench":
+            from kernelpro.suites.degenerate import check_tasks
+
+            with console.status(f"probing {len(tasks)} references for degenerate outputs (CPU, cached)"):
+                deg = check_tasks(tasks, tol=tasks[0].tolerance["atol"])
     else:
+        if args.kb_tolerance not in (None, "current"):
+            raise KernelProError("--kb-tolerance applies to KernelBench checkouts (`kernelpro tasks kernelbench --path`)")
         tasks = load_suite(args.suite)
     if args.level is not None:
         tasks = [t for t in tasks if t.level == args.level]
@@ -54,17 +67,34 @@ def _tasks_main(args: argparse.Namespace) -> int:
     refs = {t.key: (reference_solution(t) if t.suite != "kernelbench" else None) for t in tasks}
     n_ref = sum(p is not None for p in refs.values())
     cols = [Col("task", ident=True), Col("lvl"), Col("ref"), Col("dtype"), Col("baseline"), Col("sizes s/h"),
-            Col("sm_90a features"), Col("sm_100a features")]
+            Col("sm_90a features"), Col("sm_100a features")] + ([Col("degenerate (change)")] if deg else [])
     rows = [[t.name + (" *" if t.headline else ""), str(t.level), "yes" if refs[t.key] else "-", t.dtype, t.baseline,
              f"{len(t.shown_sizes)}/{len(t.heldout_sizes)}", ", ".join(t.requested_features("sm_90a")) or "-",
-             ", ".join(t.requested_features("sm_100a")) or "-"] for t in tasks]
+             ", ".join(t.requested_features("sm_100a")) or "-"] + ([_degenerate_cell(deg[t.key])] if deg else [])
+            for t in tasks]
     print_table(console, f"{args.suite}: {len(tasks)} tasks, {n_ref} with a reference solution", cols, rows)
+    if deg:
+        hits = [t.name for t in tasks if deg[t.key].status == "degenerate"]
+        unk = [t.name for t in tasks if deg[t.key].status == "not_checked"]
+        from kernelpro.suites.kernelbench import tolerance_text
+
+        console.print(f"tolerance: {tolerance_text(tasks[0], args.kb_tolerance)}; change = max |a-b|/(1+|b|) of the "
+                      "reference's output across seeds, scaled inputs and perturbed parameters", markup=False)
+        console.print(f"degenerate ({len(hits)}): {', '.join(hits) or 'none'}", markup=False, soft_wrap=True)
+        if unk:
+            console.print(f"not checked ({len(unk)}): " + "; ".join(f"{n}: {deg[t.key].detail}" for t in tasks
+                          if (n := t.name) in unk), markup=False, soft_wrap=True)
     if any(t.headline for t in tasks):
         console.print("* headline task (PTXBench's published set)")
     if n_ref:
         console.print("ref: the suite ships a reference solution (`kernelpro bench SUITE --solutions reference` "
                       "runs those)", highlight=False)
     return 0
+
+
+def _degenerate_cell(d: object) -> str:
+    word = {"degenerate": "yes", "ok": "no", "not_checked": "not checked"}[d.status]
+    return word + (f" ({d.change:.2g})" if d.change is not None else "")
 
 
 def _doctor_arguments(p: argparse.ArgumentParser) -> None:

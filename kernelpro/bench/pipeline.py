@@ -47,6 +47,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "name means its headline tasks; takes `kernelpro optimize`'s protocol and endpoint flags")
     p.add_argument("--path", help="a KernelBench checkout, with `kernelbench` as the suite")
     p.add_argument("--level", type=int, help="only this KernelBench level")
+    p.add_argument("--kb-tolerance", choices=("current", "v0"), default=None,
+                   help="KernelBench's rule: current (fp32 atol=rtol=1e-4) or v0 (1e-2, as its published v0 "
+                        "numbers were judged); the table and every record name the one used")
+    p.add_argument("--degenerate", choices=("check", "skip"), default="check",
+                   help="KernelBench: probe each reference on the CPU for outputs that ignore its inputs and "
+                        "parameters; their candidates are left out of fast_p and the geomean (default check)")
     p.add_argument("--task", action="append", default=[], metavar="NAME", help="only this task (repeatable)")
     p.add_argument("--sizes", choices=("shown", "heldout", "all"), default="all",
                    help="which declared sizes the correctness checks use (default all)")
@@ -76,14 +82,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _resolve_tasks(spec: str, names: list[str], kb_path: str | None = None,
-                   level: int | None = None) -> tuple[str, list[Any]]:
+                   level: int | None = None, kb_tolerance: str | None = None) -> tuple[str, list[Any]]:
     from kernelpro.suites.task import find_task, load_suite
 
     p = Path(spec)
     from kernelpro.suites.suite import get_suite, is_named
 
     if is_named(spec):
-        tasks = get_suite(spec).tasks(path=kb_path, level=level)
+        tasks = get_suite(spec).tasks(path=kb_path, level=level, tolerance=kb_tolerance)
     elif p.suffix == ".py" and p.is_file():
         tasks = [find_task(spec)]
     elif p.is_dir() or "/" not in spec:
@@ -128,7 +134,8 @@ def _job(task: Any, cand: Any, args: argparse.Namespace, device: str, baselines:
                energy=args.energy, timeout_s=args.timeout, check_only=False,
                # the headline is isolated (each kernel alone at the power cap, as PTXBench and KernelBench time
                # kernels); interleaved (both sides at one clock) is stored beside it
-               protocols=("isolated", "interleaved"))
+               protocols=("isolated", "interleaved"),
+               kb_tolerance=getattr(args, "kb_tolerance", None) or "current")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -155,15 +162,17 @@ def main(args: argparse.Namespace) -> int:
             raise KernelProError(f"run {args.resume} is a {run['kind']} run, not a bench run")
         cfg = run["config"]
         for k in ("suite", "path", "level", "solutions", "task", "sizes", "baselines", "graphs", "energy", "timeout", "trials",
-                  "device", "sanitizer", "executed"):
+                  "device", "sanitizer", "executed", "kb_tolerance", "degenerate"):
             if k in cfg:
                 setattr(args, k, cfg[k])
         archs = cfg.get("archs", archs)
         baselines = cfg.get("baseline_list", baselines)
-    suite, tasks = _resolve_tasks(args.suite, args.task, args.path, args.level)
+    kb_tol = getattr(args, "kb_tolerance", None)
+    suite, tasks = _resolve_tasks(args.suite, args.task, args.path, args.level, kb_tol)
     # Solution files are found (and a bad --solutions refused) before a run is created.
     solution = {t.key: _solution_path(t, args.solutions) for t in tasks}
     missing = [t.name for t in tasks if solution[t.key] is None]
+    degenerate = _degeneracy([t for t in tasks if solution[t.key] is not None], args, console)
 
     # where correctness and timing can run
     device = args.device
@@ -183,7 +192,8 @@ def main(args: argparse.Namespace) -> int:
             "suite": args.suite, "path": args.path, "level": args.level, "solutions": args.solutions, "task": args.task, "sizes": args.sizes,
             "baselines": args.baselines, "baseline_list": baselines, "graphs": args.graphs, "energy": args.energy,
             "timeout": args.timeout, "trials": args.trials, "device": args.device, "sanitizer": args.sanitizer,
-            "executed": args.executed, "archs": archs})
+            "executed": args.executed, "archs": archs, "kb_tolerance": kb_tol,
+            "degenerate": getattr(args, "degenerate", "check")})
     done = store.finished_tasks(run_id, "evaluations" if device != "none" else "verifications")
     label = device_label(device, visible[: args.gpus] if args.gpus else visible)
     print(start_line(run_id, store.path.resolve(), suite, len(tasks) - len(missing), len(missing), archs, label),
@@ -225,8 +235,10 @@ def main(args: argparse.Namespace) -> int:
                 cand = load_candidate(path)
                 cid = store.add_candidate(run_id, task.key, cand.source, cand.kind,
                                           "reference" if args.solutions == "reference" else "user",
-                                          info={"path": str(path)})
-                rows[task.key] = {"task": task, "cid": cid, "cand": cand}
+                                          info={"path": str(path), "tolerance": _tolerance_text(task, kb_tol),
+                                                **({"degenerate": degenerate[task.key]}
+                                                   if task.key in degenerate else {})})
+                rows[task.key] = {"task": task, "cid": cid, "cand": cand, "degenerate": degenerate.get(task.key)}
                 if task.key in done:
                     progress.advance(bar)
                     continue
@@ -272,12 +284,36 @@ def main(args: argparse.Namespace) -> int:
 
     report = build_report(store, run_id, rows, archs, run_arch, baselines)
     report.update(run_id=run_id, suite=suite, device=label, notes=notes,
-                  skipped=no_gpu_line(no_gpu_reason(), archs, report["rows"]) if device == "none" else None)
+                  skipped=no_gpu_line(no_gpu_reason(), archs, report["rows"]) if device == "none" else None,
+                  tolerance=sorted({_tolerance_text(t, kb_tol) for t in tasks}),
+                  degenerate=sorted(k for k, d in degenerate.items() if d["status"] == "degenerate"),
+                  not_checked=sorted(k for k, d in degenerate.items() if d["status"] == "not_checked"))
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:
         print_report(console, report, baselines)
     return 0
+
+
+def _tolerance_text(task: Any, profile: str) -> str:
+    from kernelpro.suites.kernelbench import tolerance_text
+
+    return tolerance_text(task, profile)
+
+
+def _degeneracy(tasks: list[Any], args: argparse.Namespace, console: Any) -> dict[str, dict[str, Any]]:
+    """{task key: degeneracy record} for KernelBench tasks (probed on the CPU, cached); {} otherwise."""
+    kb = [t for t in tasks if t.suite == "kernelbench"]
+    if not kb or getattr(args, "degenerate", "check") == "skip":
+        return {}
+    from dataclasses import asdict
+
+    from kernelpro.suites.degenerate import check_tasks
+
+    tol = kb[0].tolerance["atol"]
+    with console.status(f"probing {len(kb)} KernelBench references for degenerate outputs (CPU)"):
+        found = check_tasks(kb, tol=tol)
+    return {k: asdict(d) for k, d in found.items()}
 
 
 def _executed_leg(store: Any, rows: dict[str, dict[str, Any]], arch: str, args: argparse.Namespace,

@@ -94,14 +94,41 @@ def build_report(store: Any, run_id: int, rows: dict[str, dict[str, Any]], archs
                 r["correct_with_arch"] = False
             elif r["correct"] and feat_ok and r["executed_ok"]:
                 r["correct_with_arch"] = True
+        # A degenerate problem (its reference ignores its inputs): a pass proves nothing, the speedup is not counted.
+        deg = row.get("degenerate")
+        r["degenerate"] = bool(deg and deg.get("status") == "degenerate")
+        if r["degenerate"] and r["correct"]:
+            r["reason"] = "degenerate_problem"
         out_rows.append(r)
         outcomes.append(Outcome(task=key, compiled=r["compiled"], correct=r["correct"] if ev is not None else None,
                                 features_ok=feat_ok, candidate_ms=r["time_ms"], baseline_ms=r["baseline_ms"],
-                                floor_ms=r["floor_ms"], correct_with_arch=r["correct_with_arch"]))
+                                floor_ms=r["floor_ms"], correct_with_arch=r["correct_with_arch"],
+                                degenerate=r["degenerate"]))
     main_base = baselines[0] if baselines else "eager"
     summary = {b: summarize(outcomes, b) for b in baselines} or {"eager": summarize(outcomes)}
     return {"rows": out_rows, "summary": summary, "per_task": per_task(outcomes, main_base),
             "main_baseline": main_base, "per_arch": arch_counts(all_facts), "archs": list(archs)}
+
+
+def summary_lines(report: dict[str, Any]) -> list[str]:
+    """The lines under the table that say how it was judged: the tolerance, the degenerate problems, and
+    fast_p / geomean with the degenerate problems' candidates counted (the summary line leaves them out)."""
+    from kernelpro.results.metrics import fmt_rate
+
+    out = [f"tolerance: {t}" for t in report.get("tolerance") or []]
+    deg, unk = report.get("degenerate") or [], report.get("not_checked") or []
+    if deg or unk:
+        out.append(f"degenerate problems ({len(deg)}, left out of fast_p and geomean): "
+                   f"{', '.join(k.split('/')[-1] for k in deg) or 'none'}"
+                   + (f"; {len(unk)} not checked (too large or failed on the CPU)" if unk else ""))
+    s = report.get("summary", {}).get(report.get("main_baseline"), {})
+    w = s.get("with_degenerate")
+    if deg and w:
+        gm = w.get("geomean_speedup")
+        out.append(f"with degenerate problems counted: fast_1 {fmt_rate(w['fast_p'].get('1'))}, "
+                   f"fast_1.2 {fmt_rate(w['fast_p'].get('1.2'))}, "
+                   f"geomean {'-' if gm is None else f'{gm:.2f}x'} (n={w.get('geomean_n', 0)})")
+    return out
 
 
 def fmt(x: float | None, spec: str = ".3g") -> str:
@@ -213,6 +240,8 @@ def print_report(console: Any, report: dict[str, Any], baselines: list[str]) -> 
         console.print(f"note: {n}", **plain)
     if report.get("skipped"):
         console.print(f"skipped: {report['skipped']}", **plain)
+    for line in summary_lines(report):
+        console.print(line, **plain)
     b = report["main_baseline"]
     s = report["summary"].get(b, {})
     per_arch = report.get("per_arch") or {}

@@ -42,6 +42,8 @@ class EvalConfig:
     check_only: bool = False     # sanitizer runs: one trial per size, no timing
     # Other candidates timed in the same interleaved loop (`kernelpro compare`): [{"label", "path", "ext_dir"}].
     rivals: tuple[dict[str, str], ...] = ()
+    # KernelBench tasks: which of its tolerance rules judges them, "current" (fp32 1e-4) or "v0" (1e-2).
+    kb_tolerance: str = "current"
 
     def __post_init__(self) -> None:
         # The worker runs in its own folder: relative paths would point nowhere there.
@@ -62,6 +64,8 @@ class EvalConfig:
             if set(r) != RIVAL_KEYS:
                 raise KernelProError(f"job: a rival needs exactly the keys {sorted(RIVAL_KEYS)}, got {sorted(r)}")
         object.__setattr__(self, "rivals", tuple(dict(r) for r in self.rivals))
+        if self.kb_tolerance not in ("current", "v0"):
+            raise KernelProError(f"job: kb_tolerance={self.kb_tolerance!r} is not one of current, v0")
         if self.trials < 1:
             raise KernelProError(f"job: trials must be at least 1, not {self.trials}")
 

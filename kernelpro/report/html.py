@@ -121,7 +121,7 @@ def task_table(view: RunView) -> str:
 def summary_row(view: RunView) -> dict[str, Any]:
     fs = list(view.best.values())
     n = len(fs)
-    sp = [f.speedup(view.baseline) for f in fs if f.ok and f.speedup(view.baseline)]
+    sp = [f.speedup(view.baseline) for f in fs if f.ok and not f.degenerate and f.speedup(view.baseline)]
     counts = arch_counts(fs)
     # Nothing ran (no GPU): correctness and fast_p are unknown, not zero.
     evaluated = any(f.evaluated for f in fs)

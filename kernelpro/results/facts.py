@@ -12,7 +12,8 @@ from typing import Any
 from kernelpro.results.fidelity import protocols
 
 # Verdicts, in the order a candidate meets the checks. Fixit uses the same names for its categories.
-VERDICTS = ("compile_error", "missing_feature", "wrong_output", "flagged", "slow", "pass", "pending")
+VERDICTS = ("compile_error", "missing_feature", "wrong_output", "flagged", "degenerate_problem", "slow", "pass",
+            "pending")
 BASELINE_ORDER = ("cublas", "cudnn", "eager", "torch", "compile", "torch_compile", "reference")
 # The harness's failed checks that mean "wrong or broken", not "gaming the measurement".
 NOT_FLAGS = {"compile_error", "crash", "timeout", "oom", "wrong_output", "nan_inf", "unwritten_output", "sanitizer"}
@@ -64,6 +65,12 @@ class Facts:
     def speedup(self, baseline: str | None = None) -> float | None:
         b = baseline or self.primary
         return self.speedups.get(b) if b else None
+
+    @property
+    def degenerate(self) -> bool:
+        """The task's reference output ignores its inputs and parameters (recorded with the candidate)."""
+        d = self.info.get("degenerate") if isinstance(self.info, dict) else None
+        return bool(isinstance(d, dict) and d.get("status") == "degenerate")
 
     @property
     def ok(self) -> bool:
@@ -322,7 +329,10 @@ def arch_counts_text(counts: dict[str, dict[str, int]], what: str) -> str:
 
 
 def verdict(f: Facts, slow_below: float = 1.0, baseline: str | None = None) -> str:
-    """compile_error | missing_feature | wrong_output | flagged | slow | pass | pending."""
+    """compile_error | missing_feature | wrong_output | flagged | degenerate_problem | slow | pass | pending.
+
+    `degenerate_problem`: a candidate that passed on a problem whose reference ignores its inputs; the pass
+    proves nothing and its speedup is not counted."""
     if f.compiled is False:
         return "compile_error"
     if f.flags:
@@ -335,6 +345,8 @@ def verdict(f: Facts, slow_below: float = 1.0, baseline: str | None = None) -> s
         return "pending"
     if f.correct is None:
         return "wrong_output" if f.stage in ("correctness", "crash") else "pending"
+    if f.degenerate:
+        return "degenerate_problem"
     s = f.speedup(baseline)
     if s is not None and s < slow_below:
         return "slow"
@@ -392,11 +404,13 @@ def load_run(store: Any, run_id: int) -> RunView:
                    [load_comparison(store, i) for i in cmp_ids])
 
 
-def fast_p(view: RunView, p: float) -> float:
-    if not view.best:
+def fast_p(view: RunView, p: float, include_degenerate: bool = False) -> float:
+    """Tasks whose best candidate is correct and > p x faster / tasks; degenerate tasks left out unless asked."""
+    best = [f for f in view.best.values() if include_degenerate or not f.degenerate]
+    if not best:
         return 0.0
-    hits = sum(1 for f in view.best.values() if f.ok and (f.speedup(view.baseline) or 0) > p)
-    return hits / len(view.best)
+    hits = sum(1 for f in best if f.ok and (f.speedup(view.baseline) or 0) > p)
+    return hits / len(best)
 
 
 def geomean(xs: list[float]) -> float | None:

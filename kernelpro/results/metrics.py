@@ -32,6 +32,7 @@ class Outcome:
     baseline_ms: dict[str, float] = field(default_factory=dict)
     floor_ms: float | None = None
     correct_with_arch: bool | None = None   # PTXBench: correct + requested SASS present + executed (ncu)
+    degenerate: bool = False                # the task's reference ignores its inputs: no speedup counts
 
     def speedup(self, baseline: str) -> float | None:
         return floored_speedup(self.baseline_ms.get(baseline), self.candidate_ms, self.floor_ms)
@@ -65,7 +66,10 @@ def geomean_speedup(outcomes: list[Outcome], baseline: str) -> tuple[float | Non
 
 
 def summarize(outcomes: list[Outcome], baseline: str = "eager", ps: tuple[float, ...] = (1.0, 1.2)) -> dict[str, Any]:
-    gm, n_gm = geomean_speedup(outcomes, baseline)
+    judged = [o for o in outcomes if o.correct is not None]
+    kept = [o for o in outcomes if not o.degenerate]
+    gm, n_gm = geomean_speedup(kept, baseline)
+    gm_all, n_all = geomean_speedup(outcomes, baseline)
     return {
         "n": len(outcomes),
         "baseline": baseline,
@@ -73,9 +77,12 @@ def summarize(outcomes: list[Outcome], baseline: str = "eager", ps: tuple[float,
         "correct_rate": _rate([o.correct if o.compiled is not None else None for o in outcomes]),
         "feature_rate": _rate([o.features_ok for o in outcomes]),
         "correct_with_arch_rate": _rate([o.correct_with_arch for o in outcomes]),
-        "fast_p": {f"{p:g}": fast_p([o for o in outcomes if o.correct is not None], p, baseline) for p in ps},
+        "fast_p": {f"{p:g}": fast_p([o for o in judged if not o.degenerate], p, baseline) for p in ps},
         "geomean_speedup": gm,
         "geomean_n": n_gm,
+        "degenerate_n": sum(o.degenerate for o in outcomes),
+        "with_degenerate": {"fast_p": {f"{p:g}": fast_p(judged, p, baseline) for p in ps},
+                            "geomean_speedup": gm_all, "geomean_n": n_all},
     }
 
 

@@ -30,6 +30,8 @@ LEVELS = (1, 2, 3, 4)
 KB_TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 1e-2}
 # KernelBench v0 / v0.1 (the published leaderboard numbers) checked fp32 at 1e-2.
 KB_LEGACY_TOLERANCE = 1e-2
+# The two rules a KernelBench run can be judged by, by name (`--kb-tolerance`); every record says which.
+TOLERANCE_PROFILES = ("current", "v0")
 KB_SEED = 42
 KB_CORRECT_TRIALS = 5
 KB_PERF_TRIALS = 100
@@ -62,6 +64,24 @@ def _tolerance(precision: str, legacy_tolerance: bool) -> dict[str, float]:
     tol = KB_LEGACY_TOLERANCE if legacy_tolerance else KB_TOLERANCE[precision]
     # KernelBench checks allclose only; an infinite rel_norm makes KernelPro's norm check inert.
     return {"atol": tol, "rtol": tol, "rel_norm": float("inf")}
+
+
+def tolerance_profile(name: str) -> bool:
+    """`legacy_tolerance` for a profile name: ``v0`` (1e-2 at every precision) or ``current``."""
+    if name not in TOLERANCE_PROFILES:
+        raise TaskError(f"--kb-tolerance {name!r}: choose {' or '.join(TOLERANCE_PROFILES)} "
+                        "(v0: atol=rtol=1e-2 as KernelBench v0 judged fp32; current: its release's 1e-4)")
+    return name == "v0"
+
+
+def tolerance_text(task: Task, profile: str | None = None) -> str:
+    """One line naming the tolerance a task is judged by, e.g. ``atol=rtol=1e-4 (KernelBench current, fp32)``."""
+    tol = task.tolerance
+    same = tol.get("atol") == tol.get("rtol")
+    nums = f"atol=rtol={tol['atol']:g}" if same else f"atol={tol.get('atol'):g} rtol={tol.get('rtol'):g}"
+    if task.suite == "kernelbench":
+        return f"{nums} (KernelBench {profile or 'current'}, {task.dtype})"
+    return f"{nums}, rel_norm={tol.get('rel_norm'):g} ({task.dtype})"
 
 
 def kernelbench_task(path: str | Path, precision: str = "fp32", legacy_tolerance: bool = False) -> Task:

@@ -20,9 +20,10 @@ SOLUTION_EXTS = (".py", ".cu", ".ptx")
 class Suite(Protocol):
     name: str
 
-    def tasks(self, *, path: str | None = None, level: int | None = None) -> list[Task]: ...
+    def tasks(self, *, path: str | None = None, level: int | None = None,
+              tolerance: str | None = None) -> list[Task]: ...
 
-    def task_from_file(self, path: str | Path) -> Task: ...
+    def task_from_file(self, path: str | Path, tolerance: str | None = None) -> Task: ...
 
     def solution_for(self, task: Task, solutions: str) -> Path | None: ...
 
@@ -33,11 +34,14 @@ class FolderSuite:
     def __init__(self, name: str):
         self.name = name
 
-    def tasks(self, *, path: str | None = None, level: int | None = None) -> list[Task]:
+    def tasks(self, *, path: str | None = None, level: int | None = None,
+              tolerance: str | None = None) -> list[Task]:
+        _no_rule(self.name, tolerance)
         tasks = load_suite(path or self.name)
         return [t for t in tasks if level is None or t.level == level]
 
-    def task_from_file(self, path: str | Path) -> Task:
+    def task_from_file(self, path: str | Path, tolerance: str | None = None) -> Task:
+        _no_rule(self.name, tolerance)
         return load_task(path, suite=self.name)
 
     def solution_for(self, task: Task, solutions: str) -> Path | None:
@@ -56,16 +60,18 @@ class KernelBenchSuite:
 
     name = "kernelbench"
 
-    def tasks(self, *, path: str | None = None, level: int | None = None) -> list[Task]:
-        from kernelpro.suites.kernelbench import load_kernelbench
+    def tasks(self, *, path: str | None = None, level: int | None = None,
+              tolerance: str | None = None) -> list[Task]:
+        """`tolerance`: KernelBench's rule by name, current (fp32 1e-4, the default) or v0 (1e-2)."""
+        from kernelpro.suites.kernelbench import load_kernelbench, tolerance_profile
 
-        return load_kernelbench(path, level=level)
+        return load_kernelbench(path, level=level, legacy_tolerance=tolerance_profile(tolerance or "current"))
 
-    def task_from_file(self, path: str | Path) -> Task:
+    def task_from_file(self, path: str | Path, tolerance: str | None = None) -> Task:
         # The files carry no META: KernelBench's tolerances come from the suite loader.
-        from kernelpro.suites.kernelbench import kernelbench_task
+        from kernelpro.suites.kernelbench import kernelbench_task, tolerance_profile
 
-        return kernelbench_task(path)
+        return kernelbench_task(path, legacy_tolerance=tolerance_profile(tolerance or "current"))
 
     def solution_for(self, task: Task, solutions: str) -> Path | None:
         from kernelpro.suites.kernelbench import find_solution
@@ -75,6 +81,12 @@ class KernelBenchSuite:
         if not Path(solutions).is_dir():
             raise KernelProError(f"--solutions {solutions}: not a folder of KernelBench solutions")
         return find_solution(task, solutions)
+
+
+def _no_rule(suite: str, tolerance: str | None) -> None:
+    if tolerance not in (None, "current"):
+        raise KernelProError(f"--kb-tolerance applies to KernelBench checkouts; {suite} tasks carry their own "
+                             "tolerance in META")
 
 
 # Suites with their own loader; every other name is a folder suite.

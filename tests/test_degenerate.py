@@ -1,0 +1,174 @@
+"""Degenerate-problem detection, parameter perturbation, and degenerate tasks left out of fast_p/geomean."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelpro.errors import KernelProError
+from kernelpro.results.metrics import Outcome, summarize
+from kernelpro.suites import perturb
+from kernelpro.suites.degenerate import Degeneracy, change, check_files
+from kernelpro.suites.kernelbench import tolerance_profile
+
+HEAD = "import torch\nimport torch.nn as nn\n\n"
+PROBLEMS = {
+    # softmax over a dimension of size 1: all ones whatever the input
+    "1_SoftmaxDim1.py": HEAD + textwrap.dedent("""
+        class Model(nn.Module):
+            def forward(self, x):
+                return torch.softmax(x, dim=1)
+        batch_size = 64
+        dim = 1
+        def get_inputs():
+            return [torch.rand(batch_size, dim)]
+        def get_init_inputs():
+            return []
+    """),
+    # x - mean(x) over a size-1 dim, then GELU: zeros
+    "2_Gemm_SubMean_GELU.py": HEAD + textwrap.dedent("""
+        class Model(nn.Module):
+            def __init__(self, i, o):
+                super().__init__()
+                self.gemm = nn.Linear(i, o)
+            def forward(self, x):
+                x = self.gemm(x).sum(dim=1, keepdim=True)
+                return torch.nn.functional.gelu(x - x.mean(dim=1, keepdim=True))
+        def get_inputs():
+            return [torch.rand(32, 16)]
+        def get_init_inputs():
+            return [16, 8]
+    """),
+    # LayerNorm with a (C, H, W) affine: depends on inputs and parameters
+    "3_LayerNorm.py": HEAD + textwrap.dedent("""
+        class Model(nn.Module):
+            def __init__(self, shape):
+                super().__init__()
+                self.ln = nn.LayerNorm(shape)
+            def forward(self, x):
+                return self.ln(x)
+        features = 4
+        dim1 = 8
+        def get_inputs():
+            return [torch.rand(2, features, dim1, dim1)]
+        def get_init_inputs():
+            return [(features, dim1, dim1)]
+    """),
+    # too large for the CPU budget given below, at any size the method reaches
+    "4_Huge.py": HEAD + textwrap.dedent("""
+        class Model(nn.Module):
+            def forward(self, x):
+                return x * 2
+        def get_inputs():
+            return [torch.rand(2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2)]
+        def get_init_inputs():
+            return []
+    """),
+}
+
+
+@pytest.fixture()
+def problems(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    monkeypatch.setenv("KERNELPRO_CACHE", str(tmp_path / "cache"))
+    out = {}
+    for name, src in PROBLEMS.items():
+        p = tmp_path / "level1" / name
+        p.parent.mkdir(exist_ok=True)
+        p.write_text(src)
+        out[name] = p
+    return out
+
+
+def test_constant_references_are_degenerate_and_real_ones_are_not(problems: dict[str, Path]) -> None:
+    found = check_files(list(problems.values()), workers=1, max_elements=1000, time_limit_s=30)
+    by = {Path(k).name: v for k, v in found.items()}
+    assert by["1_SoftmaxDim1.py"].status == "degenerate" and by["1_SoftmaxDim1.py"].change == 0.0
+    assert by["2_Gemm_SubMean_GELU.py"].status == "degenerate"
+    ln = by["3_LayerNorm.py"]
+    assert ln.status == "ok" and ln.input_change > 0.1 and ln.param_change > 0.1
+    huge = by["4_Huge.py"]
+    assert huge.status == "not_checked" and "smallest size" in huge.detail
+    # the cache answers the second time, and judges at another tolerance without a rerun
+    again = check_files([problems["3_LayerNorm.py"]], tol=1e3, workers=1, max_elements=1000, time_limit_s=30)
+    assert next(iter(again.values())).status == "degenerate"
+
+
+def test_change_is_allclose_quantity() -> None:
+    b = torch.tensor([0.0, 10.0])
+    a = b + torch.tensor([1e-3, 1e-2])
+    c = change(a, b)
+    assert c == pytest.approx(1e-3)
+    assert torch.allclose(a, b, atol=c * 1.01, rtol=c * 1.01) and not torch.allclose(a, b, atol=c * 0.9, rtol=c * 0.9)
+    assert change(torch.ones(2), torch.ones(3)) == float("inf")
+    assert change(torch.tensor([float("nan")]), torch.tensor([1.0])) == float("inf")
+
+
+def test_degeneracy_record_rejects_unknown_keys_and_statuses() -> None:
+    with pytest.raises(KernelProError, match="unknown key"):
+        Degeneracy.from_dict({"file": "x.py", "status": "ok", "tol": 1e-4, "bogus": 1})
+    with pytest.raises(KernelProError, match="status"):
+        Degeneracy("x.py", "maybe", 1e-4)
+
+
+class PerChannelLN(torch.nn.Module):
+    """The LayerNorm cheat: a per-channel affine in place of the (C, H, W) one."""
+
+    def __init__(self, shape: tuple[int, int, int]):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(shape[0]))
+        self.bias = torch.nn.Parameter(torch.zeros(shape[0]))
+
+
+def test_perturbation_maps_by_name_then_unique_shape_and_names_what_is_missing() -> None:
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
+    honest = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
+    m = perturb.perturb_pair(ref, honest, seed=5)
+    assert m.ok and not m.extra
+    for (_, a), (_, b) in zip(ref.state_dict().items(), honest.state_dict().items(), strict=True):
+        assert torch.equal(a, b)
+    assert not torch.equal(ref[1].weight, torch.ones(3))   # no longer the initial ones
+
+    class Renamed(torch.nn.Module):  # other names, unique shapes: still maps
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(3, 4))
+            self.scratch = torch.nn.Parameter(torch.zeros(7))
+    ref2 = torch.nn.Linear(4, 3, bias=False)
+    r = Renamed()
+    m2 = perturb.perturb_pair(ref2, r, seed=1)
+    assert m2.ok and m2.extra == ("scratch",) and torch.equal(r.w, ref2.weight)
+
+    ln = torch.nn.LayerNorm((4, 8, 8))
+    m3 = perturb.perturb_pair(ln, PerChannelLN((4, 8, 8)), seed=2)
+    assert not m3.ok and set(m3.missing) == {"weight", "bias"}
+
+
+def test_perturbed_values_are_seeded_by_name_and_keep_variance_positive() -> None:
+    bn = torch.nn.BatchNorm2d(6)
+    a, b = perturb.perturbed_values(bn, 3), perturb.perturbed_values(torch.nn.BatchNorm2d(6), 3)
+    assert set(a) == {"weight", "bias", "running_mean", "running_var"}
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert bool((a["running_var"] > 0).all())
+    assert not torch.equal(perturb.perturbed_values(bn, 4)["weight"], a["weight"])
+
+
+def test_degenerate_tasks_are_left_out_of_fast_p_and_geomean_but_reported_with() -> None:
+    outs = [Outcome("a", True, True, candidate_ms=1.0, baseline_ms={"eager": 2.0}),
+            Outcome("b", True, True, candidate_ms=1.0, baseline_ms={"eager": 400.0}, degenerate=True),
+            Outcome("c", True, False, candidate_ms=None, baseline_ms={"eager": 1.0})]
+    s = summarize(outs, "eager")
+    assert s["fast_p"]["1"] == pytest.approx(1 / 2) and s["geomean_speedup"] == pytest.approx(2.0)
+    assert s["geomean_n"] == 1 and s["degenerate_n"] == 1
+    w = s["with_degenerate"]
+    assert w["fast_p"]["1"] == pytest.approx(2 / 3) and w["geomean_speedup"] == pytest.approx(800 ** 0.5)
+    assert s["correct_rate"] == pytest.approx(2 / 3)   # still counted as correct
+
+
+def test_tolerance_profile_names() -> None:
+    assert tolerance_profile("v0") is True and tolerance_profile("current") is False
+    with pytest.raises(KernelProError, match="choose current or v0"):
+        tolerance_profile("1e-3")
