@@ -39,7 +39,7 @@ def test_corpus_covers_every_named_exploit():
                 "output_aliases_input", "input_mutated", "library_fallback", "patched_torch", "patched_timer",
                 "reads_reference_output", "lower_precision", "lazy_output", "memory_reuse", "spawned_threads",
                 "spawned_process", "try_except_fallback", "impossible_speed", "timeout", "crash", "oom",
-                "compile_error", "frame_access", "writes_outside"}
+                "compile_error", "frame_access", "writes_outside", "param_mismatch"}
     assert required <= names, required - names
 
 

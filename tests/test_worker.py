@@ -119,7 +119,8 @@ def test_write_json_atomic_leaves_no_partial_file(tmp_path):
 @pytest.mark.gpu
 def test_gpu_honest_triton_passes_and_side_stream_is_flagged():
     by = {e.path.stem: e for e in entries()}
-    for stem in ("vector_add_triton", "other_stream"):
+    for stem in ("vector_add_triton", "other_stream", "side_stream_unjoined", "side_stream_leftover",
+                 "vector_add_two_streams", "vector_add_cuda_graph"):
         e = by[stem]
         r = run_job(job_for(e, "cuda", trials=2, rep_ms=30, baselines=["eager"]), timeout_s=180, gpu=0)
         assert verdict_ok(e, r), (stem, r.get("reason"), r.get("failed_checks"), r.get("detail"))

@@ -55,6 +55,57 @@ _BORING_OPS = re.compile(r"^aten::(empty|empty_like|empty_strided|zeros|zeros_li
                          r"_unsafe_view|new_empty|new_empty_strided|new_zeros|cat|stack)$")
 
 
+_JOIN = re.compile(r"StreamWaitEvent|Synchronize")
+
+
+def window_kernels(events: list[dict[str, Any]], lo: float, hi: float) -> tuple[list[str], list[str]]:
+    """(names of the candidate's kernels, descriptions of those that escaped the caller's window).
+
+    `events` is a Chrome trace of one candidate call; [lo, hi] is the host-side range of the call. A kernel
+    is the candidate's when the host call that launched it (same correlation id) ran inside that range,
+    whatever thread or stream it used. The window is bounded by two fills the harness puts on the caller's
+    stream, one launched before the call and one right after it; the second starts only when all work
+    ordered before it on that stream is done. So a side stream or a graph replay joined back into the
+    caller's stream ends before it; a kernel that ends after it was still running when the caller's stream
+    completed, and the caller's events (the timer's) never saw it.
+    """
+    launched_at = {ev.get("args", {}).get("correlation"): ev.get("ts", 0) for ev in events
+                   if ev.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in ev.get("args", {})}
+    kernels = sorted((ev for ev in events if ev.get("cat") == "kernel"), key=lambda ev: ev.get("ts", 0))
+
+    def launch(ev: dict[str, Any]) -> float | None:
+        return launched_at.get(ev.get("args", {}).get("correlation"))
+
+    mine = [ev for ev in kernels if lo <= (launch(ev) if launch(ev) is not None else lo) <= hi]
+    # Host calls that order the caller's stream after other work (or wait for it): a join.
+    joins = sorted(ev.get("ts", 0) for ev in events if ev.get("cat") in ("cuda_runtime", "cuda_driver")
+                   and _JOIN.search(ev.get("name", "")))
+    # The harness made one join before the call; only a trace that shows it can show the candidate's.
+    joins_seen = any(t < lo for t in joins)
+    fills = [ev for ev in kernels if "fill" in ev.get("name", "").lower() and ev not in mine]
+    start = next((ev for ev in fills if (launch(ev) or lo) < lo), fills[0] if fills else None)
+    ours = start.get("args", {}).get("stream") if start else None
+    after = sorted((ev for ev in fills if (launch(ev) or lo) > hi and ev.get("args", {}).get("stream") == ours),
+                   key=lambda ev: launch(ev) or 0)
+    leftovers = []
+    if joins_seen and ours is not None:
+        for ev in mine:
+            t = launch(ev)
+            if ev.get("args", {}).get("stream") != ours and t is not None and not any(t < j <= hi for j in joins):
+                leftovers.append(f"kernel {ev.get('name', '')[:60]} on stream {ev.get('args', {}).get('stream')} "
+                                 f"is never joined back into the caller's stream {ours} (no wait or synchronize "
+                                 "after its launch): invisible to the caller's events")
+                break
+    if after:
+        end = float(after[0].get("ts", 0))
+        for ev in mine:
+            finish = float(ev.get("ts", 0)) + float(ev.get("dur", 0))
+            if finish > end:
+                leftovers.append(f"kernel {ev.get('name', '')[:60]} on stream {ev.get('args', {}).get('stream')} "
+                                 f"ended {finish - end:.1f} us after the caller's stream {ours} completed")
+    return [ev.get("name", "") for ev in mine], leftovers
+
+
 class CorrectnessChecks:
     """The Evaluator's correctness stage (a mixin: the verdict bookkeeping and setup live in evaluate)."""
 
@@ -146,12 +197,21 @@ class CorrectnessChecks:
             if prof is not None:
                 marker = torch.empty(1, device=self.device)
                 marker.fill_(1.0)  # a kernel on the caller's stream: its profiler stream id is "ours"
+                # one join of our own, so `window_kernels` knows this trace records joins at all
+                joined = torch.cuda.Event()
+                joined.record(stream_before)
+                stream_before.wait_event(joined)
             try:
                 with _Audit.watch() as events:
                     # The range marks the candidate's own call: only ops and kernels launched inside it
                     # are the candidate's (the harness's checks after it, e.g. snapshot clones, are not).
                     with self._recording(ops), torch.no_grad(), torch.profiler.record_function(CANDIDATE_RANGE):
                         out = model(*args)
+                    if prof is not None:
+                        # The end of the timed window: this kernel starts on the caller's stream only once
+                        # everything ordered before it there (side streams joined back included) is done.
+                        with torch.cuda.stream(stream_before):
+                            marker.fill_(2.0)
                     obs["audit"] = list(events) if audited else []
             except BaseException as e:  # noqa: BLE001 - anything escaping candidate code is its failure
                 err = e
@@ -237,24 +297,9 @@ class CorrectnessChecks:
 
         obs["ops"] = {ev["name"] for ev in events
                       if ev.get("cat") == "cpu_op" and ev.get("name", "").startswith("aten::") and inside(ev.get("ts", 0))}
-        # A kernel belongs to the candidate when the host call that launched it (same correlation id)
-        # ran inside the candidate's range, whatever thread or stream it used.
-        launched_at = {ev.get("args", {}).get("correlation"): ev.get("ts", 0) for ev in events
-                       if ev.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in ev.get("args", {})}
-        kernels = sorted((ev for ev in events if ev.get("cat") == "kernel"), key=lambda ev: ev.get("ts", 0))
-        mine = [ev for ev in kernels if inside(launched_at.get(ev.get("args", {}).get("correlation"), lo))]
-        ours = None
-        for ev in kernels:
-            if "fill" in ev.get("name", "").lower():
-                ours = ev.get("args", {}).get("stream")
-                break
-        names = []
-        for ev in mine:
-            stream = ev.get("args", {}).get("stream")
-            names.append(ev.get("name", ""))
-            if ours is not None and stream != ours:
-                obs["other_stream"].append(f"kernel {ev.get('name', '')[:60]} on stream {stream} (caller's: {ours})")
+        names, leftovers = window_kernels(events, lo, hi)
         obs["kernels"] = names
+        obs["leftover"] = leftovers
         obs["profiled"] = True
 
     def _judge_observations(self, obs: dict[str, Any], ctx: str) -> None:
@@ -264,6 +309,8 @@ class CorrectnessChecks:
             self._checked_kernels.setdefault(key, []).append(tuple(sorted(obs.get("kernels", []))))
         if obs.get("other_stream"):
             self.fail("other_stream", f"{ctx}: {obs['other_stream'][0]}")
+        if obs.get("leftover"):
+            self.fail("async_leftover", f"{ctx}: {obs['leftover'][0]}")
         if obs.get("late_writes"):
             self.fail("async_leftover", f"{ctx}: output {obs['late_writes'][0]} changed after the caller's stream completed")
         reads = [e for e in obs.get("audit", []) if e in _AUDIT_READ]
@@ -356,6 +403,7 @@ class CorrectnessChecks:
         if errs:
             rec["rel_norm"] = max(e["rel_norm"] for e in errs)
             rec["max_abs"] = max(e["max_abs"] for e in errs)
+            rec["tol_needed"] = max(e["tol_needed"] for e in errs)
         return rec
 
     def _degraded_match(self, ref_model: Any, args: list[Any], out: Any) -> str | None:

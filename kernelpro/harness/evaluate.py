@@ -22,8 +22,13 @@ The checks (all sizes the task declares, several fresh seeds each, unpredictable
 - outputs must be plain `torch.Tensor` (exact type) on the right device, not sharing storage with an
   input -> `lazy_output`, `output_aliases_input`;
 - same tensors with new values in place (same identity and address) -> stale result -> `output_cached`;
-- kernels launched on a stream other than the caller's (profiler) -> `other_stream`; output still being
-  written after the caller's stream completed (snapshot vs. after device sync) -> `async_leftover`;
+- streams judged by the timed window: side streams and graph replays joined back into the caller's stream
+  before it returns pass; a kernel of the candidate's that ends after a fill enqueued on the caller's
+  stream right after the call began (profiler), or an output still being written after the caller's
+  stream completed (snapshot vs. after device sync) -> `async_leftover`; a different current stream
+  left set -> `other_stream`;
+- parameters and buffers: the reference's get new values (seeded, by name and shape) and the candidate
+  the same ones, by name, else by a unique shape; a reference tensor with no place -> `param_mismatch`;
 - aten ops in `task.forbid_ops` or kernel names matching `task.forbid_kernels` -> `library_fallback`;
   an exception raised and swallowed inside the candidate, followed by the reference's own ops ->
   `try_except_fallback`; with forbidden ops made to raise (forced kernel path), a candidate that
@@ -69,6 +74,7 @@ from kernelpro.harness.guards import (
 )
 from kernelpro.harness.job import EvalConfig
 from kernelpro.harness.timed import TimingStage
+from kernelpro.suites.perturb import perturb_pair
 from kernelpro.suites.task import Task, import_module_from
 
 _perf_counter = time.perf_counter
@@ -81,8 +87,9 @@ CHECKS: dict[str, str] = {
     "wrong_output": "output differs from the reference beyond the dtype's tolerance (or wrong shape/dtype)",
     "nan_inf": "output has NaN/Inf where the reference is finite",
     "unwritten_output": "output elements still hold the poison pattern (never written)",
-    "other_stream": "kernels launched on a stream other than the caller's",
-    "async_leftover": "output still being written after the caller's stream completed",
+    "other_stream": "the candidate left a stream other than the caller's current",
+    "async_leftover": "work still running, or output still being written, after the caller's stream completed",
+    "param_mismatch": "the candidate's parameters cannot take the reference's values (a name or shape has no match)",
     "output_cached": "a stale output returned for new input values (cached / keyed on identity)",
     "output_aliases_input": "an output shares storage with an input",
     "input_mutated": "the candidate wrote to its inputs",
@@ -109,7 +116,7 @@ CHECKS: dict[str, str] = {
 # When several checks fail, the most specific name is the reason.
 PRIORITY = ["compile_error", "timeout", "crash", "oom", "sanitizer", "patched_timer", "frame_access", "patched_torch",
             "writes_outside", "spawned_process", "spawned_threads", "reads_reference_output", "memory_reuse", "output_cached",
-            "lazy_output", "output_aliases_input", "input_mutated", "other_stream", "async_leftover",
+            "lazy_output", "output_aliases_input", "input_mutated", "param_mismatch", "other_stream", "async_leftover",
             "try_except_fallback", "library_fallback", "lower_precision", "unwritten_output", "nan_inf",
             "wrong_output", "timed_differs", "impossible_speed"]
 
@@ -131,7 +138,7 @@ class Evaluator(CorrectnessChecks, TimingStage):
         self.cfg = cfg
         from kernelpro.suites.suite import get_suite
 
-        self.task: Task = get_suite(cfg.task_suite).task_from_file(cfg.task_path)
+        self.task: Task = get_suite(cfg.task_suite).task_from_file(cfg.task_path, cfg.kb_tolerance)
         self.device = cfg.device
         self.on_gpu = cfg.device.startswith("cuda")
         self.checks: dict[str, Check] = {}
@@ -139,12 +146,18 @@ class Evaluator(CorrectnessChecks, TimingStage):
         self.cand_path = str(Path(cfg.candidate_path).resolve())
         self.result: dict[str, Any] = {"schema": 1, "task": self.task.key, "candidate": self.cand_path,
                                        "device": cfg.device, "compiled": False, "correct": False,
-                                       "correct_shown": None, "correct_heldout": None}
+                                       "correct_shown": None, "correct_heldout": None,
+                                       "tolerance": {**self.task.tolerance, "rule": self._tolerance_rule()}}
         self._ref_ops: dict[str, set[str]] = {}
         # what the checked calls did, per size key: kernel names per call (GPU) and ops (both)
         self._checked_kernels: dict[str, list[tuple[str, ...]]] = {}
         self._checked_ops: dict[str, set[str]] = {}
         self._cand_warmed = False
+
+    def _tolerance_rule(self) -> str:
+        from kernelpro.suites.kernelbench import tolerance_text
+
+        return tolerance_text(self.task, self.cfg.kb_tolerance)
 
     # -- verdict bookkeeping ----------------------------------------------------------------------
     def fail(self, name: str, detail: str) -> None:
@@ -186,7 +199,9 @@ class Evaluator(CorrectnessChecks, TimingStage):
             xs = list(mod.get_inputs())
         return [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in xs]
 
-    def _models(self, mod: Any, cand_mod: Any, seed: int) -> tuple[Any, Any]:
+    def _models(self, mod: Any, cand_mod: Any, seed: int, judge: bool = True) -> tuple[Any, Any]:
+        """(reference, candidate) built from one seed, then given the same perturbed parameter values;
+        `judge=False` (a rival of `compare`) leaves a mismatch out of this candidate's verdict."""
         with torch.device(self.device):
             init = list(mod.get_init_inputs())
             torch.manual_seed(seed)
@@ -195,6 +210,11 @@ class Evaluator(CorrectnessChecks, TimingStage):
             cand = cand_mod.ModelNew(*init)
             if isinstance(cand, torch.nn.Module):
                 cand = cand.to(self.device)
+        # Fresh modules hold ones and zeros (LayerNorm, BatchNorm): give both the same other values.
+        mapping = perturb_pair(ref, cand, seed)
+        if not mapping.ok and judge:
+            self.fail("param_mismatch", f"reference tensor(s) {', '.join(mapping.missing[:4])} have no place in ModelNew "
+                      "(none of that name and shape, nor a unique one of that shape)")
         return ref, cand
 
     def import_candidate(self) -> Any:

@@ -173,7 +173,7 @@ class TimingStage:
                 if r.get("ext_dir"):   # lazy builds happen on the first call: keep the rival's cache for it
                     os.environ["TORCH_EXTENSIONS_DIR"] = r["ext_dir"]
                 rmod = import_module_from(Path(r["path"]), f"kp_rival_{i}_{os.getpid()}")
-                _, model = self._models(mod, rmod, model_seed)
+                _, model = self._models(mod, rmod, model_seed, judge=False)
                 rin = clone_tree(inputs)
                 with torch.no_grad():
                     got = model(*rin)

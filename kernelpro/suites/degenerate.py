@@ -93,7 +93,7 @@ def change(a: Any, b: Any) -> float:
     """max |a - b| / (1 + |b|) over every tensor of two outputs; inf when shapes differ or NaNs move."""
     import torch
 
-    from kernelpro.harness.evaluate import flatten
+    from kernelpro.harness.tensors import flatten
 
     xs, ys = flatten(a), flatten(b)
     if len(xs) != len(ys):

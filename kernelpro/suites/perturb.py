@@ -7,7 +7,8 @@ values for every floating-point parameter and buffer of the reference (seeded, b
 loads the same values into the candidate; degenerate-problem detection uses the same draw.
 
 Mapping a reference tensor onto the candidate is by name first (``linear.weight``), then, for names the
-candidate does not have, by a unique shape among the candidate's still-unmapped tensors. Extra candidate
+candidate does not have, by a unique shape among the candidate's still-unmapped tensors with the same
+last name component (``ln.weight`` ~ ``weight``), then by a unique shape alone. Extra candidate
 tensors are allowed (a fused kernel's own buffers); a reference tensor that maps nowhere is a mismatch.
 """
 
@@ -72,13 +73,15 @@ def map_tensors(ref: Any, cand: Any) -> tuple[dict[str, str], Mapping]:
         if name in ct and ct[name].shape == t.shape:
             pairs[name] = name
     free = {n: t for n, t in ct.items() if n not in pairs.values()}
-    for name, t in rt.items():
-        if name in pairs:
-            continue
-        same = [n for n, c in free.items() if c.shape == t.shape]
-        if len(same) == 1:
-            pairs[name] = same[0]
-            free.pop(same[0])
+    for by_leaf in (True, False):   # the same last name component (ln.weight ~ weight), then any name
+        for name, t in rt.items():
+            if name in pairs:
+                continue
+            leaf = name.rsplit(".", 1)[-1]
+            same = [n for n, c in free.items() if c.shape == t.shape and (not by_leaf or n.rsplit(".", 1)[-1] == leaf)]
+            if len(same) == 1:
+                pairs[name] = same[0]
+                free.pop(same[0])
     missing = tuple(n for n in rt if n not in pairs)
     return pairs, Mapping(tuple(pairs.items()), missing, tuple(sorted(free)))
 

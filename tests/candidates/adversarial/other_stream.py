@@ -1,8 +1,8 @@
 """expect: other_stream
 task: vector_add
 device: gpu
-Launches its kernel on a private stream and returns without making the caller's stream wait, so
-CUDA events on the caller's stream time nothing.
+Does its work on a private stream and leaves that stream current when it returns, so whatever the
+caller enqueues next (the timer's end event) goes to a stream that never ran the candidate's work.
 """
 import torch
 import torch.nn as nn
@@ -16,6 +16,6 @@ class ModelNew(nn.Module):
     def forward(self, a, b):
         if self.side is None:
             self.side = torch.cuda.Stream()
-        with torch.cuda.stream(self.side):
-            out = a + b
-        return out
+        self.side.wait_stream(torch.cuda.current_stream())
+        torch.cuda.set_stream(self.side)
+        return a + b
