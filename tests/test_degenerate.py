@@ -172,3 +172,17 @@ def test_tolerance_profile_names() -> None:
     assert tolerance_profile("v0") is True and tolerance_profile("current") is False
     with pytest.raises(KernelProError, match="choose current or v0"):
         tolerance_profile("1e-3")
+
+
+def test_tasks_command_lists_degenerate_problems_of_a_checkout(problems: dict[str, Path], capsys) -> None:
+    from kernelpro.cli import main
+
+    root = problems["1_SoftmaxDim1.py"].parent.parent   # a checkout-shaped folder: level1/ inside
+    for name in ("3_LayerNorm.py", "4_Huge.py"):
+        problems[name].unlink()
+    assert main(["tasks", "kernelbench", "--path", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "degenerate (2): 1_SoftmaxDim1, 2_Gemm_SubMean_GELU" in out
+    assert "atol=rtol=0.0001 (KernelBench current, fp32)" in out
+    assert main(["tasks", "kernelbench", "--path", str(root), "--degenerate", "skip"]) == 0
+    assert "degenerate (" not in capsys.readouterr().out

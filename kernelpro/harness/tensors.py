@@ -3,6 +3,7 @@ overlap, fingerprints and the tolerance test (error_stats)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -89,6 +90,10 @@ def error_stats(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float]) -> 
     denom = float(torch.linalg.vector_norm(rn)) or 1e-30
     rel = float(torch.linalg.vector_norm(diff)) / denom
     n = max(out.numel(), 1)
-    return {"max_abs": float(diff.max()) if diff.numel() else 0.0, "rel_norm": rel,
+    # The smallest t with allclose(out, ref, atol=t, rtol=t): what any other equal-atol/rtol rule would say.
+    need = float((diff / (1 + r.abs().nan_to_num(posinf=0.0))).max()) if diff.numel() else 0.0
+    if int(nonfinite.sum()) or int(poison.sum()):
+        need = math.inf
+    return {"max_abs": float(diff.max()) if diff.numel() else 0.0, "rel_norm": rel, "tol_needed": need,
             "mismatch": float(bad.sum()) / n, "poisoned": int(poison.sum()), "nonfinite": int(nonfinite.sum()),
             "ok": bool(rel <= tol["rel_norm"] and int(bad.sum()) == 0)}

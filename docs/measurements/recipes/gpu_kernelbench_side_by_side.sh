@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# KernelBench's own evaluator (eval_kernel_against_ref, imported from a checkout) and
+# `kernelpro bench kernelbench`, side by side: all of level 1 (each problem's own Model as ModelNew),
+# 10 level-2 and 5 level-3 problems sampled with seed 0, and the cases in benchmarks/kernelbench_cases/
+# (degenerate constant outputs, LayerNorm affine replaced/ignored, two joined streams, a CUDA-graph
+# replay, a side stream left running). Both verdicts at atol=rtol 1e-4 and 1e-2, both speedups, every
+# disagreement with its reason.
+#
+# Needs a KernelBench checkout in the ignored folder .kb/ (root of a clone of
+# ScalingIntelligence/KernelBench: .kb/src/kernelbench and .kb/KernelBench/level1..3); carry it.
+# Usage (repo root, one GPU):  bash docs/measurements/recipes/gpu_kernelbench_side_by_side.sh [flags]
+#   flags go to the script, e.g. --level1 20 --level2 4 --level3 2 for a shorter run.
+# Budget: BUDGET seconds (default 480) split 45% KernelBench / rest kernelpro; rows a side did not
+# reach are listed as not compared. Writes $OUT/side_by_side.txt and $OUT/side_by_side.json.
+set -u
+export PYTHONPATH=$PWD
+KB=${KB:-.kb}
+OUT=${OUT:-/tmp/kb_side_by_side}
+mkdir -p "$OUT"
+if [ ! -d "$KB/src/kernelbench" ]; then
+  echo "gpu_kernelbench_side_by_side: no KernelBench checkout at $KB (need $KB/src/kernelbench); carry one as .kb" >&2
+  exit 1
+fi
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1
+python3 benchmarks/kernelbench_side_by_side.py --kb-path "$KB" --out "$OUT" --budget-s "${BUDGET:-480}" \
+  --parallel "${PARALLEL:-4}" "$@"
