@@ -31,7 +31,7 @@ def test_bench_cpu_json_records_everything(tmp_path, capsys):
     assert rows["vector_add"]["correct"] is True and rows["vector_add"]["speedup"]["eager"] > 0
     assert rows["matmul_fp32"]["reason"] == "library_fallback" and rows["matmul_fp32"]["correct"] is False
     skips = [n for n in rep["notes"] if n.startswith("skipped ")]   # every task without a solution, in one note
-    assert len(skips) == 1 and skips[0].endswith(": matmul_bf16, vector_add_big")
+    assert len(skips) == 1 and skips[0].endswith(": layernorm_chw, matmul_bf16, vector_add_big")
     s = rep["summary"]["eager"]
     assert s["compile_rate"] == 1.0 and s["correct_rate"] == 0.5
     store = Store(db)
