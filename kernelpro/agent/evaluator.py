@@ -15,9 +15,12 @@ import os
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kernelpro.suites.task import Task
+
+if TYPE_CHECKING:
+    from kernelpro.results.record import Result
 
 
 @dataclass
@@ -293,30 +296,26 @@ STAGE_OF = {"compile_error": "compile", "timeout": "timeout", "oom": "crash", "c
             "wrong_output": "correctness"}
 
 
-def outcome_from_record(rec: dict[str, Any], baseline: str = "eager") -> EvalOutcome:
+def outcome_from_record(rec: Result, baseline: str = "eager") -> EvalOutcome:
     """Map the harness's result record (worker.run_job) to an outcome."""
-    failed = [str(f) for f in rec.get("failed_checks", []) or []]
-    reason = rec.get("reason")
-    sp = rec.get("speedup")
-    speedup = sp.get(baseline) if isinstance(sp, dict) else (float(sp) if isinstance(sp, int | float) else None)
-    en = rec.get("energy") if isinstance(rec.get("energy"), dict) else {}
-    cand_e = (en.get("candidate") or {}).get("j_per_call") if isinstance(en.get("candidate"), dict) else None
-    base_e = (en.get(baseline) or {}).get("j_per_call") if isinstance(en.get(baseline), dict) else None
+    failed = [str(f) for f in rec.failed_checks]
+    reason = rec.reason
+    speedup = rec.speedup.get(baseline)
+    cand_e, base_e = rec.j_per_call("candidate"), rec.j_per_call(baseline)
     timings: dict[str, float] = {}
-    for k, v in ((rec.get("timing") or {}).get("stats") or {}).items():
+    for k, v in rec.stats.items():
         if isinstance(v, dict) and isinstance(v.get("median_ms"), int | float):
             timings[f"{k}_median_ms"] = float(v["median_ms"])
-    if isinstance(rec.get("compile_s"), int | float):
-        timings["compile_s"] = float(rec["compile_s"])
-    ok = bool(rec.get("ok")) and bool(rec.get("correct", True))
+    if rec.compile_s is not None:
+        timings["compile_s"] = float(rec.compile_s)
+    ok = rec.passed
     out = EvalOutcome(ok=ok, speedup=float(speedup) if speedup is not None else None, energy_j=cand_e,
-                      baseline_energy_j=base_e, flags=[] if ok else failed,
-                      correct=rec.get("correct"), correct_with_arch=rec.get("correct_with_arch"),
-                      timings=timings, record=rec)
+                      baseline_energy_j=base_e, flags=[] if ok else failed, correct=rec.correct,
+                      timings=timings, record=rec.to_dict())
     if ok:
         out.stage = "ok"
         return out
-    detail = str(rec.get("detail") or "")
+    detail = rec.detail or ""
     out.stage = STAGE_OF.get(str(reason), "gaming" if reason else "crash")
     if out.stage == "compile":
         out.compile_errors = detail[-4000:]

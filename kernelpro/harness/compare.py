@@ -22,6 +22,7 @@ from typing import Any
 from kernelpro.errors import KernelProError
 from kernelpro.results.comparison import Comparison, add_round
 from kernelpro.results.fidelity import format_short
+from kernelpro.results.record import Result
 
 
 def _labels(paths: list[Path], given: str | None) -> list[str]:
@@ -36,7 +37,7 @@ def _labels(paths: list[Path], given: str | None) -> list[str]:
 
 def compare(task: Any, paths: list[Path], rounds: int = 5, labels: list[str] | None = None, *,
             baseline: str = "eager", sizes: str = "default", device: str = "cuda", timeout_s: float = 900.0,
-            gpu: int | None = None, on_round: Callable[[int, int, dict[str, Any]], None] | None = None) -> Comparison:
+            gpu: int | None = None, on_round: Callable[[int, int, Result], None] | None = None) -> Comparison:
     """Run `rounds` harness jobs, each timing every candidate in one interleaved loop (see module doc)."""
     from kernelpro.harness.job import Job
     from kernelpro.harness.worker import extension_dir, run_job
@@ -71,7 +72,7 @@ def compare(task: Any, paths: list[Path], rounds: int = 5, labels: list[str] | N
 def stored_compare(store: Any, task: Any, paths: list[Path], labels: list[str], rounds: int, *,
                    candidate_ids: list[int] | None = None, link: dict[str, Any] | None = None,
                    baseline: str = "eager", sizes: str = "default", device: str = "cuda", timeout_s: float = 900.0,
-                   on_round: Callable[[int, int, dict[str, Any]], None] | None = None) -> tuple[int, Comparison]:
+                   on_round: Callable[[int, int, Result], None] | None = None) -> tuple[int, Comparison]:
     """`compare` as a `compare` run of the store: each round is an evaluation of the judged file's candidate
     (`candidate_ids`, e.g. a search's nodes, named in `link`; by default the files are added to the new run),
     tagged with the run, round and label so that `load_comparison` rebuilds it."""
@@ -88,9 +89,9 @@ def stored_compare(store: Any, task: Any, paths: list[Path], labels: list[str], 
                 candidate_ids.append(store.add_candidate(run_id, task.key, Path(p).read_text(), origin="user",
                                                          info={"label": lab, "path": str(p)}))
 
-        def record(r: int, i: int, rec: dict[str, Any]) -> None:
-            store.record("evaluations", candidate_ids[i], bool(rec.get("ok")),
-                         {**rec, "compare_run": run_id, "compare_round": r + 1, "compare_label": labels[i]})
+        def record(r: int, i: int, rec: Result) -> None:
+            store.record("evaluations", candidate_ids[i], rec.ok,
+                         rec.with_(compare_run=run_id, compare_round=r + 1, compare_label=labels[i]).to_dict())
             if on_round:
                 on_round(r, i, rec)
 
@@ -183,11 +184,10 @@ def main(args: argparse.Namespace) -> int:
     labels = _labels(paths, args.labels)
     store = Store(args.db)
 
-    def on_round(r: int, i: int, rec: dict[str, Any]) -> None:
-        stats = (rec.get("timing") or {}).get("stats") or {}
+    def on_round(r: int, i: int, rec: Result) -> None:
         shown = ", ".join(f"{labels[i] if k == 'candidate' else k.removeprefix('rival:')} {v['median_ms']:.4f} ms"
-                          for k, v in stats.items())
-        console.print(f"round {r + 1}/{args.rounds}: " + (shown or f"failed: {rec.get('reason')}"),
+                          for k, v in rec.stats.items())
+        console.print(f"round {r + 1}/{args.rounds}: " + (shown or f"failed: {rec.reason}"),
                       markup=False, highlight=False)
 
     run_id, cmp = stored_compare(store, task, paths, labels, args.rounds, baseline=args.baseline, sizes=args.sizes,

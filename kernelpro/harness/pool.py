@@ -11,21 +11,21 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
 
 from kernelpro.errors import KernelProError
 from kernelpro.harness.job import Job
 from kernelpro.harness.worker import run_job
+from kernelpro.results.record import Result
 
 
 def run_jobs(jobs: list[Job], *, gpus: list[int | None], timeout_s: float,
-             on_result: Callable[[int, dict[str, Any]], None], cache_dir: str | None = None,
+             on_result: Callable[[int, Result], None], cache_dir: str | None = None,
              sanitizer: str | None = None, per_gpu: int = 1) -> None:
     """Run `jobs` with `per_gpu` concurrent workers on each entry of `gpus` (None = CPU / no pinning)."""
     q: queue.Queue[int] = queue.Queue()
     for i in range(len(jobs)):
         q.put(i)
-    results: queue.Queue[tuple[int, dict[str, Any] | BaseException]] = queue.Queue()
+    results: queue.Queue[tuple[int, Result | BaseException]] = queue.Queue()
 
     def lane(gpu: int | None) -> None:
         while True:
@@ -55,7 +55,7 @@ def run_jobs(jobs: list[Job], *, gpus: list[int | None], timeout_s: float,
 
 
 def run_jobs_ray(jobs: list[Job], *, timeout_s: float,
-                 on_result: Callable[[int, dict[str, Any]], None], cache_dir: str | None = None,
+                 on_result: Callable[[int, Result], None], cache_dir: str | None = None,
                  sanitizer: str | None = None, address: str | None = None) -> None:
     """Same contract as run_jobs, with Ray placing each job on a GPU of some host in the cluster."""
     try:
@@ -66,7 +66,7 @@ def run_jobs_ray(jobs: list[Job], *, timeout_s: float,
         ray.init(address=address or "auto", ignore_reinit_error=True)
 
     @ray.remote(num_gpus=1)
-    def one(job: dict[str, Any]) -> dict[str, Any]:
+    def one(job: Job) -> Result:
         # Ray sets CUDA_VISIBLE_DEVICES for the task; the worker inherits it (gpu=None keeps it).
         return run_job(job, timeout_s=job.timeout_s or timeout_s, gpu=None, cache_dir=cache_dir,
                        sanitizer=sanitizer)

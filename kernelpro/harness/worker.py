@@ -22,7 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kernelpro.errors import KernelProError
 from kernelpro.harness.job import Job
+from kernelpro.results.record import RESULT_SCHEMA, Result
+from kernelpro.results.record import failure_record as _failure
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -65,7 +68,7 @@ def extension_dir(candidate_hash: str, cache_dir: str | Path | None = None) -> P
 
 def run_job(job: Job, *, timeout_s: float = DEFAULT_TIMEOUT_S, gpu: int | None = None,
             cache_dir: str | Path | None = None, sanitizer: str | None = None,
-            workdir: str | Path | None = None) -> dict[str, Any]:
+            workdir: str | Path | None = None) -> Result:
     """Run one evaluation job in a fresh worker process; always returns a result record (never raises
     for anything the candidate does)."""
     if not isinstance(job, Job):
@@ -104,29 +107,39 @@ def run_job(job: Job, *, timeout_s: float = DEFAULT_TIMEOUT_S, gpu: int | None =
             result = json.loads(resultfile.read_text())
         except (OSError, json.JSONDecodeError):
             result = None
+    parsed: Result | None = None
+    bad_record = ""
+    if result is not None and not timed_out:
+        try:
+            parsed = Result.from_dict(result)
+        except KernelProError as e:   # the file sits in the candidate's folder: it may have rewritten it
+            bad_record = f"; its result file was not a result record ({e})"[:300]
     if timed_out:
-        result = failure_record(job, "timeout", f"killed after {timeout_s:g} s (stage: {stages[-1] if stages else 'start'})",
+        parsed = failure_record(job, "timeout", f"killed after {timeout_s:g} s (stage: {stages[-1] if stages else 'start'})",
                           compiled=("compiled" in stages))
-    elif result is None:
+    elif parsed is None:
         if rc < 0:
             detail = f"worker died with {_signal_name(rc)} (stage: {stages[-1] if stages else 'start'})"
         else:
             detail = f"worker exited with code {rc} and no result (stage: {stages[-1] if stages else 'start'})"
+        detail += bad_record
         tail = [ln for ln in log.splitlines() if ln.strip()][-3:]
         if tail:
             detail += ": " + " | ".join(tail)[-300:]
         low = log.lower()
         name = "oom" if ("out of memory" in low or "memoryerror" in low or rc == -signal.SIGKILL) and not timed_out else "crash"
-        result = failure_record(job, name, detail, compiled=("compiled" in stages))
+        parsed = failure_record(job, name, detail, compiled=("compiled" in stages))
     elif sanitizer and rc == 86:
-        result.setdefault("checks", []).append({"name": "sanitizer", "ok": False, "severity": "fail",
-                                                "detail": f"compute-sanitizer {sanitizer}: " + _sanitizer_summary(log)})
-        result["failed_checks"] = ["sanitizer"] + [n for n in result.get("failed_checks", []) if n != "sanitizer"]
-        result.update(ok=False, status="failed", reason="sanitizer", correct=False)
-    result["worker"] = {"rc": rc, "wall_s": wall, "timeout_s": timeout_s, "gpu": gpu, "log_tail": log[-1500:],
-                        "sanitizer": sanitizer, "isolation": fin.isolation}
+        check = {"name": "sanitizer", "ok": False, "severity": "fail",
+                 "detail": f"compute-sanitizer {sanitizer}: " + _sanitizer_summary(log)}
+        parsed = parsed.with_(checks=[*parsed.checks, check],
+                              failed_checks=["sanitizer"] + [n for n in parsed.failed_checks if n != "sanitizer"],
+                              ok=False, status="failed", reason="sanitizer", correct=False)
+    assert parsed is not None
+    parsed = parsed.with_(worker={"rc": rc, "wall_s": wall, "timeout_s": timeout_s, "gpu": gpu,
+                                  "log_tail": log[-1500:], "sanitizer": sanitizer, "isolation": fin.isolation})
     _cleanup(tmp)
-    return result
+    return parsed
 
 
 def _sanitizer_summary(log: str) -> str:
@@ -146,12 +159,9 @@ def _cleanup(tmp: Path) -> None:
         pass
 
 
-def failure_record(job: Job, name: str, detail: str, compiled: bool = False) -> dict[str, Any]:
-    return {"schema": 1, "task": job.task_key, "candidate": job.candidate_path,
-            "device": job.device, "status": "failed", "ok": False, "reason": name, "detail": detail,
-            "compiled": compiled, "correct": False, "correct_shown": None, "correct_heldout": None,
-            "checks": [{"name": name, "ok": False, "severity": "fail", "detail": detail}],
-            "failed_checks": [name], "warnings": [], "correctness": []}
+def failure_record(job: Job, name: str, detail: str, compiled: bool = False) -> Result:
+    """The record of `job` when the worker produced none of its own (timeout, crash, no CUDA)."""
+    return _failure(job.task_key, job.candidate_path, job.device, name, detail, compiled=compiled)
 
 
 def _worker_main(jobfile: str, resultfile: str) -> int:
@@ -176,7 +186,7 @@ def _worker_main(jobfile: str, resultfile: str) -> int:
 
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
-            write_json_atomic(resultfile, failure_record(job, "crash", "worker sees no CUDA device"))
+            write_json_atomic(resultfile, failure_record(job, "crash", "worker sees no CUDA device").to_dict())
             return 0
         torch.cuda.set_device(0)
         torch.cuda.set_per_process_memory_fraction(float(job.mem_fraction))
@@ -209,8 +219,10 @@ def _worker_main(jobfile: str, resultfile: str) -> int:
     except OSError:
         result["source_warnings"] = []
     result["task_key"] = job.task_key
+    result["schema"] = RESULT_SCHEMA
     stage("done")
-    write_json_atomic(resultfile, clean_for_json(result))
+    # parsed before it is written: an undeclared key fails here, in the harness's own tests
+    write_json_atomic(resultfile, Result.from_dict(clean_for_json(result)).to_dict())
     sys.stdout.flush()
     # a candidate's stray non-daemon threads must not keep the worker alive past its verdict
     os._exit(0)

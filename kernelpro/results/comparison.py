@@ -7,6 +7,8 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kernelpro.results.record import Result
+
 
 @dataclass
 class Comparison:
@@ -61,21 +63,19 @@ class Comparison:
         return {**asdict(self), "summary": self.summary()}
 
 
-def add_round(cmp: Comparison, r: int, judged: str, rec: dict[str, Any], baseline: str) -> None:
+def add_round(cmp: Comparison, r: int, judged: str, rec: Result, baseline: str) -> None:
     """Fold one round's harness record (judged file = `judged`, others as `rival:<label>`) into `cmp`."""
-    stats = (rec.get("timing") or {}).get("stats") or {}
     got: dict[str, float | None] = {lab: None for lab in cmp.labels}
-    if rec.get("ok") and "candidate" in stats:
-        got[judged] = stats["candidate"]["median_ms"]
+    if rec.ok and rec.candidate_ms is not None:
+        got[judged] = rec.candidate_ms
         for lab in cmp.labels:
-            if f"rival:{lab}" in stats:
-                got[lab] = stats[f"rival:{lab}"]["median_ms"]
-        for k, v in ((rec.get("timing") or {}).get("notes") or {}).items():
+            got[lab] = rec.median_ms(f"rival:{lab}") if lab != judged else got[lab]
+        for k, v in ((rec.timing or {}).get("notes") or {}).items():
             if k.startswith("rival:"):
                 cmp.notes.append(f"round {r + 1}: {k[len('rival:'):]}: {v}")
     else:
-        detail = str(rec.get("detail") or "")
-        cmp.notes.append(f"round {r + 1}: {judged} failed: {rec.get('reason')}: "
+        detail = rec.detail or ""
+        cmp.notes.append(f"round {r + 1}: {judged} failed: {rec.reason}: "
                          f"{detail.splitlines()[0][:160] if detail else ''}")
     en = rec.get("energy") or {}
     joules: dict[str, float | None] = {lab: None for lab in cmp.labels}
@@ -90,7 +90,7 @@ def add_round(cmp: Comparison, r: int, judged: str, rec: dict[str, Any], baselin
                           "steady": (timing.get("steady") or {}).get("outcome")})
     cmp.rounds.append(got)
     cmp.judged.append(judged)
-    cmp.baseline_ms.append((stats.get(baseline) or {}).get("median_ms"))
+    cmp.baseline_ms.append(rec.median_ms(baseline))
 
 
 def load_comparison(store: Any, run_id: int) -> Comparison:
@@ -101,11 +101,11 @@ def load_comparison(store: Any, run_id: int) -> Comparison:
     owner = cfg.get("optimize_run", run_id)          # --confirm stores rounds on the search's candidates
     # Rounds recorded before compare_run/compare_label were stored: the run's own candidates, and the judged
     # file follows from the round number exactly as compare() rotates it.
-    recs = [r["payload"] for c in store.candidates(owner) for r in store.results("evaluations", c["id"])
-            if r["payload"].get("compare_run", run_id if owner == run_id and "compare_round" in r["payload"]
-                                else None) == run_id]
-    for rec in sorted(recs, key=lambda x: x["compare_round"]):
-        r = int(rec["compare_round"]) - 1
-        add_round(cmp, r, rec.get("compare_label") or cmp.labels[r % len(cmp.labels)], rec,
-                   cfg.get("baseline", "eager"))
+    recs = [Result.from_dict(r["payload"]) for c in store.candidates(owner)
+            for r in store.results("evaluations", c["id"]) if "compare_round" in r["payload"]]
+    recs = [x for x in recs if (x.compare_run if x.compare_run is not None
+                                else (run_id if owner == run_id else None)) == run_id]
+    for rec in sorted(recs, key=lambda x: x.compare_round or 0):
+        r = int(rec.compare_round or 0) - 1
+        add_round(cmp, r, rec.compare_label or cmp.labels[r % len(cmp.labels)], rec, cfg.get("baseline", "eager"))
     return cmp

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernelpro.results.fidelity import protocols
+from kernelpro.results.record import Result
 
 # Verdicts, in the order a candidate meets the checks. Fixit uses the same names for its categories.
 VERDICTS = ("compile_error", "missing_feature", "wrong_output", "flagged", "degenerate_problem", "slow", "pass",
@@ -217,62 +218,11 @@ def candidate_facts(store: Any, cand: dict[str, Any]) -> Facts:
     ev = (own or evs)[-1] if evs else None
     if ev is not None:
         f.evaluated = True
-        p = ev["payload"]
         f.arch = ev["arch"] or f.arch
-        comp_ok = p.get("compiled")
-        stage = str(p.get("stage") or "")
-        if comp_ok is not None:
-            f.compiled = bool(comp_ok)
-        elif stage == "compile":
-            f.compiled = False
-        elif f.compiled is None and stage not in ("", "generate"):
-            f.compiled = True
-        f.correct = _bool(p.get("correct"))
-        if f.correct is None and isinstance(p.get("correctness"), dict):
-            f.correct = _bool(p["correctness"])
-        if isinstance(p.get("correctness"), dict):
-            f.correctness = p["correctness"]
-        # Outcome records may list every failed check as a flag; only anti-gaming ones are flags here.
-        f.flags = [x for x in _names(_first(p, "flags", "gaming_flags")) if x not in NOT_FLAGS]
-        failed = [str(x) for x in (p.get("failed_checks") or [])]
-        f.flags += [x for x in failed if x not in NOT_FLAGS and x not in f.flags]
-        if isinstance(p.get("correctness"), list):  # the harness's per-trial records
-            f.correctness = {"sizes": p["correctness"]}
-        sp = p.get("speedups") if isinstance(p.get("speedups"), dict) else p.get("speedup")
-        if isinstance(sp, dict):
-            f.speedups = {str(k): float(v) for k, v in sp.items() if isinstance(v, int | float) and v > 0}
-        s1 = _first(p, "speedup", "speedup_vs_baseline")
-        if isinstance(s1, int | float) and s1 > 0 and not f.speedups:
-            f.speedups = {str(_first(p, "baseline", default="baseline")): float(s1)}
-        en = p.get("energy")
-        f.energy_j = _first(p, "energy_j", "energy_per_call_j")
-        f.baseline_energy_j = _first(p, "baseline_energy_j")
-        if isinstance(en, dict):
-            cand_e = _first(en, "candidate", "new", "ModelNew")
-            if isinstance(cand_e, dict):
-                f.energy_j = f.energy_j or _first(cand_e, "j_per_call")
-            for k in BASELINE_ORDER:
-                if isinstance(en.get(k), dict) and f.baseline_energy_j is None:
-                    f.baseline_energy_j = en[k].get("j_per_call")
-        f.timings = p.get("timings") if isinstance(p.get("timings"), dict) else {}
-        f.protocols = protocols(p)
-        f.energy = en if isinstance(en, dict) else {}
-        f.stage, f.reason = stage, _text(_first(p, "reason", "error", default=""))
-        if p.get("detail"):
-            f.reason = f"{f.reason}: {p['detail']}" if f.reason else str(p["detail"])
-        if not stage and failed:
-            first = failed[0]
-            f.stage = ("compile" if first == "compile_error" else
-                       "correctness" if first in NOT_FLAGS else "gaming")
-        f.compile_log = f.compile_log or _text(_first(p, "compile_errors", "compile_log", default=""))
-        f.verify_log = f.verify_log or _text(_first(p, "verify_errors", default=""))
-        miss = _names(_first(p, "missing_features"))
-        f.missing = f.missing or miss
-        f.advice = _text(_first(p, "diagnoses", "advice", default=""))
-        if stage == "verify" and not f.missing:
-            f.missing = ["(requested features)"]
-        if stage == "compile" and f.correct is None:
-            f.correct = False
+        if is_outcome_payload(ev["payload"]):
+            _from_outcome(f, ev["payload"])
+        else:
+            _from_result(f, Result.from_dict(ev["payload"]))
     prof = store.latest("profiles", cand["id"])
     if prof is not None:
         p = prof["payload"]
@@ -285,6 +235,69 @@ def candidate_facts(store: Any, cand: dict[str, Any]) -> Facts:
         if adv and not f.advice:
             f.advice = _advice_text(adv)
     return f
+
+
+def is_outcome_payload(p: dict[str, Any]) -> bool:
+    """An evaluation stored by the search (the agent's EvalOutcome: its fields plus the harness `record`),
+    as opposed to a bare harness result record (bench, compare)."""
+    return "record" in p and "recorded" in p
+
+
+def _flags(failed: list[str]) -> list[str]:
+    out: list[str] = []
+    for x in failed:
+        if x not in NOT_FLAGS and x not in out:
+            out.append(x)
+    return out
+
+
+def _from_result(f: Facts, r: Result) -> None:
+    """Facts from the harness's result record."""
+    f.compiled = bool(r.compiled)
+    f.correct = bool(r.correct)
+    f.correctness = {"sizes": r.correctness} if r.correctness else {}
+    f.flags = _flags([str(x) for x in r.failed_checks])   # only anti-gaming failures are flags here
+    f.speedups = {str(k): float(v) for k, v in r.speedup.items() if isinstance(v, int | float) and v > 0}
+    f.protocols = protocols(r.to_dict())
+    f.energy = dict(r.energy or {})
+    f.energy_j = r.j_per_call("candidate")
+    f.baseline_energy_j = next((r.j_per_call(b) for b in BASELINE_ORDER if r.j_per_call(b) is not None), None)
+    f.reason = r.reason or ""
+    if r.detail:
+        f.reason = f"{f.reason}: {r.detail}" if f.reason else r.detail
+    if r.failed_checks:
+        first = r.failed_checks[0]
+        f.stage = "compile" if first == "compile_error" else "correctness" if first in NOT_FLAGS else "gaming"
+
+
+def _from_outcome(f: Facts, p: dict[str, Any]) -> None:
+    """Facts from the search's outcome payload (agent.evaluator.EvalOutcome.to_payload)."""
+    stage = str(p.get("stage") or "")
+    if stage == "compile":
+        f.compiled = False
+    elif f.compiled is None and stage not in ("", "generate"):
+        f.compiled = True
+    f.correct = p.get("correct")
+    f.flags = _flags([str(x) for x in p.get("flags") or []])
+    rec = p.get("record") or {}
+    named = rec.get("speedup") if isinstance(rec.get("speedup"), dict) else {}
+    if named:      # the harness's record names the baseline each speedup is against
+        f.speedups = {str(k): float(v) for k, v in named.items() if isinstance(v, int | float) and v > 0}
+    elif isinstance(p.get("speedup"), int | float) and p["speedup"] > 0:
+        f.speedups = {"baseline": float(p["speedup"])}
+    f.energy_j = p.get("energy_j")
+    f.baseline_energy_j = p.get("baseline_energy_j")
+    f.protocols = protocols(rec)
+    f.timings = dict(p.get("timings") or {})
+    f.stage, f.reason = stage, str(p.get("reason") or "")
+    f.compile_log = f.compile_log or str(p.get("compile_errors") or "")
+    f.verify_log = f.verify_log or str(p.get("verify_errors") or "")
+    f.missing = f.missing or [str(x) for x in p.get("missing_features") or []]
+    f.advice = str(p.get("diagnoses") or "")
+    if stage == "verify" and not f.missing:
+        f.missing = ["(requested features)"]
+    if stage == "compile" and f.correct is None:
+        f.correct = False
 
 
 def _advice_text(adv: Any) -> str:
