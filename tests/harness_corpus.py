@@ -6,6 +6,8 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernelpro.results.record import Result
+
 HERE = Path(__file__).parent
 TASKS = HERE / "tasks"
 CANDIDATES = HERE / "candidates"
@@ -57,8 +59,8 @@ def job_for(e: Entry, device: str, **extra):
                           "candidate_hash": c.hash, "device": device, **extra})
 
 
-def verdict_ok(e: Entry, result: dict, device: str = "cpu") -> bool:
+def verdict_ok(e: Entry, result: Result, device: str = "cpu") -> bool:
     want = e.expected(device)
     if want == "passed":
-        return bool(result.get("ok"))
-    return (not result.get("ok")) and want in (result.get("failed_checks") or [])
+        return bool(result.ok)
+    return (not result.ok) and want in result.failed_checks

@@ -21,7 +21,7 @@ def test_corpus_verdict(entry):
     hang = entry.expect == "timeout"
     job = job_for(entry, "cpu", trials=2, rep_ms=10, warmup_ms=2, baselines=["eager"], cpu_mem_limit_gb=8)
     r = run_job(job, timeout_s=6 if hang else 120)
-    assert verdict_ok(entry, r), (entry.expect, r.get("reason"), r.get("failed_checks"), r.get("detail"))
+    assert verdict_ok(entry, r), (entry.expect, r.reason, r.failed_checks, r.detail)
 
 
 def test_every_adversarial_candidate_names_a_known_check():

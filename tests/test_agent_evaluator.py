@@ -5,13 +5,15 @@ import pytest
 from kernelpro.agent.evaluator import EvalOutcome, HarnessEvaluator, objective_score, outcome_from_record
 from kernelpro.harness.job import Job
 from kernelpro.harness.worker import failure_record
+from kernelpro.results.record import Result
 from kernelpro.suites.task import load_task
 from kernelpro.toolchain import no_gpu_reason
 
-PASSED = {"ok": True, "status": "passed", "correct": True, "compiled": True, "reason": None, "failed_checks": [],
-          "speedup": {"eager": 1.25, "vendor": 0.97}, "compile_s": 41.0,
+PASSED = Result.from_dict({
+          "candidate": "c.py", "device": "cuda", "ok": True, "status": "passed", "correct": True, "compiled": True,
+          "reason": None, "failed_checks": [], "speedup": {"eager": 1.25, "vendor": 0.97}, "compile_s": 41.0,
           "timing": {"stats": {"candidate": {"median_ms": 0.8}, "eager": {"median_ms": 1.0}}},
-          "energy": {"candidate": {"j_per_call": 0.30}, "eager": {"j_per_call": 0.45}}}
+          "energy": {"candidate": {"j_per_call": 0.30}, "eager": {"j_per_call": 0.45}}})
 
 
 def test_passing_record():
@@ -26,12 +28,12 @@ def test_failure_records_from_the_worker():
     job = Job(task_path="t/x.py", candidate_path="c.py", task_key="t/x")
     o = outcome_from_record(failure_record(job, "timeout", "killed after 300 s (stage: compile)"))
     assert not o.ok and o.stage == "timeout" and "killed after 300 s" in o.reason
-    rec = {**PASSED, "ok": False, "status": "failed", "correct": False, "reason": "compile_error",
-           "failed_checks": ["compile_error"], "detail": "x.cu(12): error: identifier \"foo\" is undefined"}
+    rec = PASSED.with_(ok=False, status="failed", correct=False, reason="compile_error",
+                       failed_checks=["compile_error"], detail="x.cu(12): error: identifier \"foo\" is undefined")
     o = outcome_from_record(rec)
     assert o.stage == "compile" and "undefined" in o.compile_errors and "compile_error" in o.reason
-    rec = {**PASSED, "ok": False, "correct": False, "reason": "library_fallback",
-           "failed_checks": ["library_fallback"], "detail": "aten::mm called"}
+    rec = PASSED.with_(ok=False, correct=False, reason="library_fallback", failed_checks=["library_fallback"],
+                       detail="aten::mm called")
     o = outcome_from_record(rec)
     assert o.stage == "gaming" and o.flags == ["library_fallback"] and o.speedup == 1.25
 

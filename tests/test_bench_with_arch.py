@@ -21,7 +21,8 @@ def _row(store: Store, run: int, task, correct: bool, features_ok: bool, execute
     cid = store.add_candidate(run, task.key + f"#{len(store.candidates(run))}", "src", "py", "user")
     store.record("verifications", cid, features_ok, {"features_ok": features_ok, "requested": ["wgmma"]},
                  arch="sm_90a")
-    store.record("evaluations", cid, correct, {"ok": correct, "correct": correct, "compiled": True}, arch="sm_90a")
+    store.record("evaluations", cid, correct, {"candidate": "c.py", "device": "cuda", "ok": correct,
+                                                    "correct": correct, "compiled": True}, arch="sm_90a")
     if executed is not None:
         store.record("profiles", cid, executed, {"kind": "executed", "executed_ok": executed,
                                                  "features": {"wgmma": {"executed": 7.0 if executed else 0.0}}},

@@ -135,9 +135,9 @@ def test_impossible_speed_with_a_low_ceiling(tmp_path):
     job = {"task_path": str(TASKS / "vector_add.py"), "candidate_path": str(cand), "device": "cpu", "trials": 1,
            "sizes": "default", "rep_ms": 10, "warmup_ms": 1, "baselines": ["eager"]}
     r = run_job(Job.from_dict({**job, "ceilings": {"bandwidth": 1e8}}), timeout_s=120)
-    assert r["reason"] == "impossible_speed", r.get("detail")
+    assert r.reason == "impossible_speed", r.detail
     r = run_job(Job.from_dict(job), timeout_s=120)
-    assert r["ok"] and r["work"]["floor_ms"] > 0
+    assert r.ok and r.work["floor_ms"] > 0
 
 
 def test_jit_compiler_subprocesses_are_not_spawned_process():
@@ -174,9 +174,9 @@ def test_forbidden_ops_bind_only_the_candidates_own_call(tmp_path):
     job = {"task_path": str(task), "device": "cpu", "trials": 1, "sizes": "default", "timing": False,
            "baselines": ["eager"]}
     r = run_job(Job.from_dict({**job, "candidate_path": str(honest)}), timeout_s=120)
-    assert r["ok"], (r.get("reason"), r.get("detail"))
+    assert r.ok, (r.reason, r.detail)
     r = run_job(Job.from_dict({**job, "candidate_path": str(cheat)}), timeout_s=120)
-    assert r["reason"] == "library_fallback", (r.get("reason"), r.get("detail"))
+    assert r.reason == "library_fallback", (r.reason, r.detail)
 
 
 @pytest.mark.parametrize("tool,flagged", [("which", False), ("miner", True)])

@@ -110,7 +110,7 @@ def test_agent_outcome_flags_are_not_all_gaming_flags(tmp_path):
     s.record("evaluations", wrong, False, {"ok": False, "correct": False, "stage": "correctness",
                                            "flags": ["wrong_output"], "reason": "wrong_output: rel_norm 1.2"})
     cheat = s.add_candidate(run, "t/x", "b", origin="llm")
-    s.record("evaluations", cheat, False, {"ok": False, "correct": True, "flags": ["output_cached"]})
+    s.record("evaluations", cheat, False, {"ok": False, "correct": True, "stage": "gaming", "flags": ["output_cached"]})
     assert verdict(candidate_facts(s, s.candidate(wrong))) == "wrong_output"
     assert verdict(candidate_facts(s, s.candidate(cheat))) == "flagged"
 

@@ -39,7 +39,7 @@ def test_timeout_kills_whole_process_group(tmp_path, monkeypatch):
     """
     t0 = time.monotonic()
     r = run_job(_job(tmp_path, src), timeout_s=5)
-    assert r["reason"] == "timeout" and time.monotonic() - t0 < 15
+    assert r.reason == "timeout" and time.monotonic() - t0 < 15
     time.sleep(0.5)
     marker.unlink(missing_ok=True)
     time.sleep(0.5)
@@ -53,7 +53,7 @@ def test_abort_is_a_crash_with_the_signal_named(tmp_path):
             def forward(self, a, b):
                 os.abort()
     """), timeout_s=60)
-    assert r["reason"] == "crash" and "SIGABRT" in r["detail"]
+    assert r.reason == "crash" and "SIGABRT" in r.detail
 
 
 def test_exception_in_forward_is_a_crash_not_a_harness_error(tmp_path):
@@ -63,7 +63,7 @@ def test_exception_in_forward_is_a_crash_not_a_harness_error(tmp_path):
             def forward(self, a, b):
                 raise ValueError("kernel launch failed")
     """), timeout_s=60)
-    assert r["reason"] == "crash" and "kernel launch failed" in r["detail"]
+    assert r.reason == "crash" and "kernel launch failed" in r.detail
 
 
 def test_cpu_worker_memory_is_capped_by_default(tmp_path):
@@ -80,12 +80,12 @@ def test_cpu_worker_memory_is_capped_by_default(tmp_path):
                 hog = torch.empty(n, dtype=torch.uint8)
                 return a + b
     """), timeout_s=60)
-    assert r["reason"] == "oom", (r["reason"], r.get("detail"))
+    assert r.reason == "oom", (r.reason, r.detail)
 
 
 def test_syntax_error_is_compile_error(tmp_path):
     r = run_job(_job(tmp_path, "def broken(:\n"), timeout_s=60)
-    assert r["reason"] == "compile_error" and r["compiled"] is False
+    assert r.reason == "compile_error" and r.compiled is False
 
 
 def test_honest_result_has_the_documented_shape(tmp_path):
@@ -95,15 +95,15 @@ def test_honest_result_has_the_documented_shape(tmp_path):
             def forward(self, a, b):
                 return a + b
     """), timeout_s=120)
-    assert r["ok"] and r["status"] == "passed" and r["reason"] is None
-    for key in ("checks", "failed_checks", "correctness", "timing", "speedup", "work", "worker", "compiled",
-                "correct", "correct_shown", "correct_heldout"):
-        assert key in r, key
-    sizes = {rec["size"]["N"] for rec in r["correctness"]}
+    assert r.ok and r.status == "passed" and r.reason is None
+    for key in ("checks", "correctness", "timing", "speedup", "work", "worker"):
+        assert getattr(r, key), key
+    assert r.compiled and r.correct and r.correct_shown and r.correct_heldout and r.failed_checks == []
+    sizes = {rec["size"]["N"] for rec in r.correctness}
     assert {1048576, 8192, 5003} <= sizes  # every declared size, the ragged one included
-    assert any(rec["which"] == "recheck" for rec in r["correctness"])
-    assert r["timing"]["stats"]["candidate"]["method"] == "perf_counter"
-    assert set(r["speedup"]) == {"eager"}
+    assert any(rec["which"] == "recheck" for rec in r.correctness)
+    assert r.timing["stats"]["candidate"]["method"] == "perf_counter"
+    assert set(r.speedup) == {"eager"}
 
 
 def test_write_json_atomic_leaves_no_partial_file(tmp_path):
@@ -123,9 +123,9 @@ def test_gpu_honest_triton_passes_and_side_stream_is_flagged():
                  "vector_add_two_streams", "vector_add_cuda_graph"):
         e = by[stem]
         r = run_job(job_for(e, "cuda", trials=2, rep_ms=30, baselines=["eager"]), timeout_s=180, gpu=0)
-        assert verdict_ok(e, r), (stem, r.get("reason"), r.get("failed_checks"), r.get("detail"))
+        assert verdict_ok(e, r), (stem, r.reason, r.failed_checks, r.detail)
         if stem == "vector_add_triton":
-            assert r["timing"]["stats"]["candidate"]["method"] == "cuda_events"
+            assert r.timing["stats"]["candidate"]["method"] == "cuda_events"
 
 
 def test_job_rejects_unknown_keys_and_bad_values(tmp_path):

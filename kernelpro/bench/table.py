@@ -31,6 +31,7 @@ def build_report(store: Any, run_id: int, rows: dict[str, dict[str, Any]], archs
     """Per-task rows and suite metrics from what the store holds for this run (also used by --resume)."""
     from kernelpro.results.facts import arch_counts, candidate_facts, verdict, verdict_label
     from kernelpro.results.metrics import Outcome, per_task, summarize
+    from kernelpro.results.record import Result
 
     out_rows = []
     outcomes = []
@@ -49,7 +50,7 @@ def build_report(store: Any, run_id: int, rows: dict[str, dict[str, Any]], archs
                 if v["arch"] == run_arch:
                     feat_ok = v["payload"].get("features_ok")
         evals = [e for e in store.results("evaluations", cid) if not str(e["arch"] or "").startswith("sanitizer")]
-        ev = evals[-1]["payload"] if evals else None
+        ev = Result.from_dict(evals[-1]["payload"]) if evals else None
         san = [e for e in store.results("evaluations", cid) if str(e["arch"] or "").startswith("sanitizer")]
         r: dict[str, Any] = {"task": key, "candidate_id": cid, "features": feat_cell, "features_ok": feat_ok,
                              "compiled": None, "correct": None, "correct_shown": None, "correct_heldout": None,
@@ -65,19 +66,14 @@ def build_report(store: Any, run_id: int, rows: dict[str, dict[str, Any]], archs
             # No run (no GPU): the static nvcc compile for the primary target is the compile verdict.
             r["compiled"] = bool(primary[-1]["payload"]["compiled"])
         if ev is not None:
-            stats = (ev.get("timing") or {}).get("stats", {})
-            work = ev.get("work") or {}
-            r.update(compiled=ev.get("compiled"), correct=bool(ev.get("ok")) and bool(ev.get("correct")),
-                     correct_shown=ev.get("correct_shown"), correct_heldout=ev.get("correct_heldout"),
-                     reason=ev.get("reason"), detail=ev.get("detail"), failed_checks=ev.get("failed_checks", []),
-                     time_ms=(stats.get("candidate") or {}).get("median_ms"),
-                     baseline_ms={b: s["median_ms"] for b, s in stats.items() if b != "candidate"},
-                     speedup=ev.get("speedup") or {}, tflops=work.get("tflops"), gbps=work.get("gbps"),
-                     floor_ms=work.get("floor_ms"),
-                     energy_j={k: v.get("j_per_call") for k, v in (ev.get("energy") or {}).items()
-                               if isinstance(v, dict) and "j_per_call" in v},
-                     protocol=(ev.get("timing") or {}).get("protocol", "interleaved"),
-                     fidelity=fidelity_lines(ev, baselines=baselines))
+            work = ev.work or {}
+            r.update(compiled=ev.compiled, correct=ev.passed, correct_shown=ev.correct_shown,
+                     correct_heldout=ev.correct_heldout, reason=ev.reason, detail=ev.detail,
+                     failed_checks=list(ev.failed_checks), time_ms=ev.candidate_ms, baseline_ms=ev.baseline_ms,
+                     speedup=dict(ev.speedup), tflops=work.get("tflops"), gbps=work.get("gbps"),
+                     floor_ms=work.get("floor_ms"), energy_j=ev.energy_j,
+                     protocol=(ev.timing or {}).get("protocol", "interleaved"),
+                     fidelity=fidelity_lines(ev.to_dict(), baselines=baselines))
             if san and san[-1]["payload"].get("reason") == "sanitizer":
                 r["correct"] = False
             ran_on = run_arch or evals[-1]["arch"]   # a re-read without the GPU: the arch it ran on

@@ -240,7 +240,7 @@ def candidate_facts(store: Any, cand: dict[str, Any]) -> Facts:
 def is_outcome_payload(p: dict[str, Any]) -> bool:
     """An evaluation stored by the search (the agent's EvalOutcome: its fields plus the harness `record`),
     as opposed to a bare harness result record (bench, compare)."""
-    return "record" in p and "recorded" in p
+    return "stage" in p and "candidate" not in p
 
 
 def _flags(failed: list[str]) -> list[str]:
@@ -280,6 +280,8 @@ def _from_outcome(f: Facts, p: dict[str, Any]) -> None:
     f.correct = p.get("correct")
     f.flags = _flags([str(x) for x in p.get("flags") or []])
     rec = p.get("record") or {}
+    if isinstance(rec.get("correctness"), list) and rec["correctness"]:
+        f.correctness = {"sizes": rec["correctness"]}
     named = rec.get("speedup") if isinstance(rec.get("speedup"), dict) else {}
     if named:      # the harness's record names the baseline each speedup is against
         f.speedups = {str(k): float(v) for k, v in named.items() if isinstance(v, int | float) and v > 0}
