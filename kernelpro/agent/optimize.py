@@ -13,10 +13,11 @@ from typing import Any
 
 from kernelpro.errors import KernelProError
 
-# Stored with the run so --resume rebuilds the same search.
-RESUMABLE = ("task", "policy", "search", "objective", "energy_weight", "max_slowdown", "arch", "feedback", "hw_docs", "patterns",
-             "evaluator", "template", "seed", "model", "base_url", "protocol", "turns", "target_speedup",
-             "variants", "repeats", "parallel", "baseline", "sizes", "energy", "device", "start", "confirm")
+# Every parsed argument is stored with the run so --resume rebuilds the same search; these few are taken
+# from the resuming command line instead (budgets may be raised), and the key is never stored.
+FRESH_ON_RESUME = ("resume", "db", "workdir", "quiet", "table_csv", "config", "budget_calls", "budget_nodes",
+                   "budget_seconds", "budget_tokens", "api_key")
+NEVER_STORED = ("api_key",)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -137,10 +138,10 @@ def _restore(args: argparse.Namespace, store: Any) -> dict[str, Any]:
     run = store.get_run(args.resume)
     if run["kind"] != "optimize":
         raise KernelProError(f"run {args.resume} is a {run['kind']} run, not an optimize run")
-    cfg = run["config"]
-    for k in RESUMABLE:
-        if k in cfg:
-            setattr(args, k, cfg[k])
+    from kernelpro.runargs import restore_args
+
+    # the stored task is the task files' paths, found again wherever they live; task_key is derived
+    restore_args(args, run["config"], fresh=(*FRESH_ON_RESUME, "task_key"))
     return run
 
 
@@ -168,7 +169,9 @@ def main(args: argparse.Namespace) -> int:
     if args.policy == "param" and args.protocol:
         raise KernelProError("--protocol ptxbench is a conversation with a model; it needs --policy llm")
     evaluator = make_evaluator(args, arch)
-    config = {k: getattr(args, k, None) for k in RESUMABLE}
+    from kernelpro.runargs import args_config
+
+    config = args_config(args, never=NEVER_STORED)
     # Paths, not keys: a task given as a file outside the shipped suites must be found again on --resume.
     config["task"] = [str(t.path) for t in tasks] if args.protocol else str(tasks[0].path)
     config["task_key"] = [t.key for t in tasks] if args.protocol else tasks[0].key
