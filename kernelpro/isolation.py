@@ -33,7 +33,8 @@ def _works(cmd: list[str]) -> bool:
         return False  # the tool is missing or hangs: that mode is unavailable
 
 
-def _bwrap_prefix(writable: list[Path], counters: bool = False) -> list[str]:
+def _bwrap_prefix(writable: list[Path], counters: bool = False,
+                  binds: list[tuple[Path, Path]] | None = None) -> list[str]:
     exe = shutil.which("bwrap") or "bwrap"
     args = [exe, "--die-with-parent", "--unshare-net", "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev",
             "--proc", "/proc"]
@@ -42,6 +43,8 @@ def _bwrap_prefix(writable: list[Path], counters: bool = False) -> list[str]:
         args += ["--cap-add", "CAP_SYS_ADMIN"]
     for w in writable:
         args += ["--bind", str(w), str(w)]
+    for src, dst in binds or []:   # a private folder seen at a shared path (last bind wins)
+        args += ["--bind", str(src), str(dst)]
     return args + ["--"]
 
 
@@ -81,14 +84,24 @@ def describe(mode: str) -> dict[str, Any]:
             "filesystem": "read-only except own folders" if mode == "bwrap" else "unrestricted"}
 
 
+def can_bind() -> bool:
+    """Whether the selected mode can show a private folder at another path (`wrap(binds=...)`)."""
+    return selected()[0] == "bwrap"
+
+
 def wrap(cmd: list[str], *, cwd: Path | None, writable: list[Path], env: dict[str, str],
-         counters: bool = False) -> tuple[list[str], dict]:
-    """`cmd` prefixed for the selected mode, and what that mode applies."""
+         counters: bool = False, binds: list[tuple[Path, Path]] | None = None) -> tuple[list[str], dict]:
+    """`cmd` prefixed for the selected mode, and what that mode applies. `binds` (source, target) pairs
+    need `can_bind()`; other modes refuse them."""
     mode, why = selected()
     info = {**describe(mode), "why": why}
+    if binds and mode != "bwrap":
+        raise ValueError(f"isolation mode {mode} cannot bind folders; check can_bind() first")
+    if binds:
+        info["binds"] = [f"{s} -> {d}" for s, d in binds]
     if mode == "bwrap":
         dirs = [p for p in set(writable) if p.exists()]
-        return _bwrap_prefix(sorted(dirs), counters) + cmd, info
+        return _bwrap_prefix(sorted(dirs), counters, binds) + cmd, info
     if mode == "unshare":
         return _unshare_prefix() + cmd, info
     return cmd, info

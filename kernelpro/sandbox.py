@@ -59,13 +59,15 @@ def _kill_group(proc: subprocess.Popen) -> None:
 def run(cmd: Sequence[str], *, timeout_s: float, cwd: str | Path | None = None,
         env: dict[str, str] | None = None, gpu: int | None = None, mem_bytes: int | None = None,
         writable: Sequence[str | Path] = (), stdout: IO[bytes] | None = None,
-        stdin_text: str | None = None, counters: bool = False) -> Finished:
+        stdin_text: str | None = None, counters: bool = False,
+        binds: Sequence[tuple[str | Path, str | Path]] = ()) -> Finished:
     """Run untrusted `cmd` to completion or to `timeout_s`, whichever comes first.
 
     Output is captured as text unless `stdout` (a binary file) is given, in which case stdout and
     stderr both go there. `writable` lists the folders the process may write besides its own private
     temp dir (the isolation layer enforces it where it can). `counters` keeps the capabilities a
-    profiler needs to read GPU performance counters (ncu). Never raises for what the process does;
+    profiler needs to read GPU performance counters (ncu). `binds` shows each (private source) folder at
+    its (shared target) path, writes landing in the source (needs `isolation.can_bind()`). Never raises for what the process does;
     raises OSError only when the command itself cannot be started."""
     from kernelpro import isolation
 
@@ -79,7 +81,8 @@ def run(cmd: Sequence[str], *, timeout_s: float, cwd: str | Path | None = None,
     if mem_bytes:
         inner = [shutil.which("prlimit") or "prlimit", f"--as={int(mem_bytes)}", "--", *inner]
     wrapped, applied = isolation.wrap(inner, cwd=Path(cwd) if cwd else None,
-                                      writable=[Path(w) for w in writable], env=full_env, counters=counters)
+                                      writable=[Path(w) for w in writable], env=full_env, counters=counters,
+                                      binds=[(Path(a), Path(b)) for a, b in binds])
     t0 = time.monotonic()
     capture = stdout is None
     proc = subprocess.Popen(wrapped, cwd=str(cwd) if cwd else None, env=full_env, start_new_session=True,

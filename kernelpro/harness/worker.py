@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -73,12 +74,40 @@ def run_job(job: Job, *, timeout_s: float = DEFAULT_TIMEOUT_S, gpu: int | None =
     for anything the candidate does)."""
     if not isinstance(job, Job):
         raise TypeError(f"run_job takes a Job, not {type(job).__name__}; build it with Job(...) or Job.from_dict")
-    ext_dir = extension_dir(job.candidate_hash or "nohash", cache_dir)
+    from kernelpro import isolation
+    from kernelpro.harness.build import arch_list_env, private_view
+
     tmp = Path(tempfile.mkdtemp(prefix="kp-job-", dir=workdir))
     jobfile, resultfile = tmp / "job.json", tmp / "result.json"
     write_json_atomic(jobfile, job.to_dict())
+    # The shared build (made by the build stage, or by the first worker of this candidate) is seen at its
+    # own path, which ninja's log keys on; with a bind the worker writes into its private copy, so it
+    # cannot poison what the ncu pass, compare and re-runs load. Without one (no bubblewrap) nothing
+    # outside the worker is write-protected anyway, and it uses the shared folder directly.
+    shared = extension_dir(job.candidate_hash or "nohash", cache_dir)
+    binds: list[tuple[Path, Path]] = []
+    writable = [tmp]
+    build_info: dict[str, Any] = {"ext_dir": str(shared)}
+    if isolation.can_bind():
+        shared, mine, copy_s = private_view(job.candidate_hash or "nohash", tmp, cache_dir)
+        binds.append((mine, shared))
+        build_info.update(view="private copy", copy_s=round(copy_s, 4))
+    else:
+        writable.append(shared)
+        build_info.update(view="shared (no bind in this isolation mode)")
+    for r in job.rivals:       # compare's rivals load their own shared builds the same way
+        rdir = Path(r["ext_dir"])
+        if not rdir.is_dir():
+            continue
+        if isolation.can_bind():
+            rmine = tmp / f"rival-ext-{len(binds)}"
+            shutil.copytree(rdir, rmine, symlinks=True, ignore=shutil.ignore_patterns("lock"))
+            binds.append((rmine, rdir))
+        else:
+            writable.append(rdir)
     env = dict(os.environ)
-    env["TORCH_EXTENSIONS_DIR"] = str(ext_dir)
+    env.update(arch_list_env())
+    env["TORCH_EXTENSIONS_DIR"] = str(shared)
     env["PYTHONUNBUFFERED"] = "1"
     # JIT caches the candidate may fill go to its private folder: the sandbox leaves nothing else writable.
     env["TRITON_CACHE_DIR"] = str(tmp / "triton")
@@ -95,8 +124,8 @@ def run_job(job: Job, *, timeout_s: float = DEFAULT_TIMEOUT_S, gpu: int | None =
 
     t0 = time.monotonic()
     with open(tmp / "stderr.txt", "wb") as errf:
-        fin = sandbox.run(cmd, timeout_s=timeout_s, cwd=tmp, env=env, gpu=gpu, writable=[tmp, ext_dir],
-                          stdout=errf)
+        fin = sandbox.run(cmd, timeout_s=timeout_s, cwd=tmp, env=env, gpu=gpu, writable=writable,
+                          stdout=errf, binds=binds)
     timed_out, rc = fin.timed_out, fin.rc
     wall = time.monotonic() - t0
     log = (tmp / "stderr.txt").read_bytes()[-4000:].decode(errors="replace")
@@ -137,7 +166,8 @@ def run_job(job: Job, *, timeout_s: float = DEFAULT_TIMEOUT_S, gpu: int | None =
                               ok=False, status="failed", reason="sanitizer", correct=False)
     assert parsed is not None
     parsed = parsed.with_(worker={"rc": rc, "wall_s": wall, "timeout_s": timeout_s, "gpu": gpu,
-                                  "log_tail": log[-1500:], "sanitizer": sanitizer, "isolation": fin.isolation})
+                                  "log_tail": log[-1500:], "sanitizer": sanitizer, "isolation": fin.isolation},
+                          build={**(parsed.build or {}), **build_info})
     _cleanup(tmp)
     return parsed
 
@@ -148,15 +178,7 @@ def _sanitizer_summary(log: str) -> str:
 
 
 def _cleanup(tmp: Path) -> None:
-    for p in tmp.iterdir():
-        try:
-            p.unlink()
-        except OSError:
-            pass
-    try:
-        tmp.rmdir()
-    except OSError:
-        pass
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def failure_record(job: Job, name: str, detail: str, compiled: bool = False) -> Result:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import socket
 import sqlite3
 import time
@@ -20,7 +21,10 @@ from typing import Any
 from kernelpro import paths
 from kernelpro.errors import KernelProError
 
-SCHEMA_VERSION = 1
+# v2: runs.pid + runs.heartbeat (a dead run reads as interrupted), the `builds` table (the CPU build stage)
+SCHEMA_VERSION = 2
+HEARTBEAT_S = 10.0         # a running run refreshes its heartbeat this often
+STALE_AFTER_S = 120.0      # a run on another host whose heartbeat is older than this has died
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -53,6 +57,9 @@ CREATE TABLE IF NOT EXISTS compiles (
 CREATE TABLE IF NOT EXISTS verifications (
     id INTEGER PRIMARY KEY, candidate_id INTEGER NOT NULL REFERENCES candidates(id),
     arch TEXT, ok INTEGER NOT NULL, payload TEXT NOT NULL, created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS builds (
+    id INTEGER PRIMARY KEY, candidate_id INTEGER NOT NULL REFERENCES candidates(id),
+    arch TEXT, ok INTEGER NOT NULL, payload TEXT NOT NULL, created REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS evaluations (
     id INTEGER PRIMARY KEY, candidate_id INTEGER NOT NULL REFERENCES candidates(id),
     arch TEXT, ok INTEGER NOT NULL, payload TEXT NOT NULL, created REAL NOT NULL);
@@ -78,7 +85,7 @@ CREATE INDEX IF NOT EXISTS eval_cand ON evaluations(candidate_id);
 CREATE INDEX IF NOT EXISTS node_run ON search_nodes(run_id);
 """
 
-RESULT_TABLES = ("compiles", "verifications", "evaluations", "profiles")
+RESULT_TABLES = ("compiles", "builds", "verifications", "evaluations", "profiles")
 
 
 def default_db_path() -> Path:
@@ -127,11 +134,16 @@ class Store:
         # executescript commits on its own, so it runs outside tx(); CREATE IF NOT EXISTS is idempotent.
         self.db.executescript(SCHEMA)
         row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if row is None:
-            self.db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        elif int(row["value"]) > SCHEMA_VERSION:
+        if row is not None and int(row["value"]) > SCHEMA_VERSION:
             raise KernelProError(
                 f"{self.path} has schema v{row['value']}, newer than this kernelpro (v{SCHEMA_VERSION}); upgrade kernelpro")
+        cols = {r["name"] for r in self.db.execute("PRAGMA table_info(runs)")}
+        with self.tx() as db:
+            for col, typ in (("pid", "INTEGER"), ("heartbeat", "REAL")):   # v1 -> v2
+                if col not in cols:
+                    db.execute(f"ALTER TABLE runs ADD COLUMN {col} {typ}")
+            db.execute("INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                       (str(SCHEMA_VERSION),))
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
@@ -149,28 +161,57 @@ class Store:
 
     # -- runs -------------------------------------------------------------------------------------
     def new_run(self, kind: str, suite: str | None, config: dict[str, Any]) -> int:
+        now = time.time()
         with self.tx() as db:
             cur = db.execute(
-                "INSERT INTO runs (kind, suite, config, status, host, created) VALUES (?,?,?,?,?,?)",
-                (kind, suite, json.dumps(config, default=str), "running", socket.gethostname(), time.time()))
+                "INSERT INTO runs (kind, suite, config, status, host, created, pid, heartbeat) VALUES (?,?,?,?,?,?,?,?)",
+                (kind, suite, json.dumps(config, default=str), "running", socket.gethostname(), now, os.getpid(), now))
             return int(cur.lastrowid)
+
+    def _row(self, row: sqlite3.Row) -> dict[str, Any]:
+        out = {**dict(row), "config": json.loads(row["config"])}
+        out.setdefault("pid", None)
+        out.setdefault("heartbeat", None)
+        if out["status"] == "running" and self._dead(out):
+            out["status"] = "interrupted"    # died without saying so (kill -9, power loss)
+        return out
+
+    @staticmethod
+    def _dead(run: dict[str, Any]) -> bool:
+        """A 'running' run whose process is gone: by its pid on this host, else by a stale heartbeat."""
+        if run.get("pid") is None:
+            return False     # a v1 run: no way to tell
+        if run.get("host") == socket.gethostname():
+            try:
+                os.kill(int(run["pid"]), 0)
+            except ProcessLookupError:
+                return True
+            except PermissionError:
+                return False   # alive, another user's
+            return False
+        return time.time() - float(run.get("heartbeat") or 0) > STALE_AFTER_S
 
     def get_run(self, run_id: int) -> dict[str, Any]:
         row = self.db.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
         if row is None:
             raise KernelProError(f"no run {run_id} in {self.path}; list runs with `kernelpro report --list`")
-        out = dict(row)
-        out["config"] = json.loads(out["config"])
-        return out
+        return self._row(row)
 
     def runs(self, kind: str | None = None) -> list[dict[str, Any]]:
         q = "SELECT * FROM runs" + (" WHERE kind=?" if kind else "") + " ORDER BY id"
-        return [{**dict(r), "config": json.loads(r["config"])} for r in self.db.execute(q, (kind,) if kind else ())]
+        return [self._row(r) for r in self.db.execute(q, (kind,) if kind else ())]
 
     def set_run_status(self, run_id: int, status: str) -> None:
         with self.tx() as db:
-            db.execute("UPDATE runs SET status=?, finished=? WHERE id=?",
-                       (status, time.time() if status != "running" else None, run_id))
+            if status == "running":   # (re)started by this process: its pid and heartbeat say it lives
+                db.execute("UPDATE runs SET status=?, finished=NULL, pid=?, heartbeat=?, host=? WHERE id=?",
+                           (status, os.getpid(), time.time(), socket.gethostname(), run_id))
+            else:
+                db.execute("UPDATE runs SET status=?, finished=? WHERE id=?", (status, time.time(), run_id))
+
+    def heartbeat(self, run_id: int) -> None:
+        with self.tx() as db:
+            db.execute("UPDATE runs SET heartbeat=? WHERE id=?", (time.time(), run_id))
 
     # -- candidates -------------------------------------------------------------------------------
     def add_candidate(self, run_id: int, task: str, source: str, kind: str = "py", origin: str = "user",
