@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("kernelpro.cli", "show the CUDA tools and GPUs found, and what each missing piece disables"),
     "verify": ("kernelpro.static.verify", "compile a candidate and prove which architecture features it uses (PTX + SASS)"),
     "bench": ("kernelpro.bench.pipeline", "evaluate candidates: correctness, anti-gaming checks, timing and energy vs baselines"),
+    "build": ("kernelpro.bench.prebuild", "build every candidate's extensions in parallel into the shared cache (bench's CPU stage)"),
     "compare": ("kernelpro.harness.compare", "time candidates side by side in one worker over several rounds (start vs best)"),
     "profile": ("kernelpro.profile", "profile a candidate with Nsight Compute and turn the metrics into advice"),
     "optimize": ("kernelpro.agent.optimize", "search for faster kernels: MCTS or greedy, with an LLM or the LLM-free policy"),

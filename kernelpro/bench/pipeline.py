@@ -17,8 +17,11 @@ import argparse
 import dataclasses
 import json
 import os
+import queue
 import sys
-from concurrent.futures import ThreadPoolExecutor, as_completed
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +36,16 @@ from kernelpro.bench.table import (
 )
 from kernelpro.errors import KernelProError
 from kernelpro.harness.job import Job
+from kernelpro.results.record import Result
 
 BASELINES = ("eager", "compile", "vendor")
 STATIC_ARCHS = ("sm_90a", "sm_100a")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("suite", help="suite name (ptxbench), a folder of task files, a task file, or suite/task")
+    p.add_argument("suite", nargs="?",
+                   help="suite name (ptxbench), a folder of task files, a task file, or suite/task "
+                        "(omit with --resume)")
     p.add_argument("--solutions", default="reference",
                    help="'reference' (the suite's reference/<task>.py) or a folder holding <task>.py per task")
     p.add_argument("--protocol", choices=("ptxbench",),
@@ -74,7 +80,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                    help="where correctness/timing run: auto = the GPU if there is one, else static checks "
                         "only; cpu = run pure-PyTorch candidates on the CPU (no GPU evidence)")
-    p.add_argument("--ray", action="store_true", help="spread candidates over a Ray cluster (multi-host)")
+    p.add_argument("--ray", action="store_true",
+                   help="spread the GPU stage over a Ray cluster: $RAY_ADDRESS, --ray-address, or a local one "
+                        "started with `ray start --head` (docs/pipeline.md)")
+    p.add_argument("--ray-address", metavar="ADDR", help="the Ray cluster to join (default $RAY_ADDRESS, else local)")
+    p.add_argument("--build-timeout", type=float, default=900.0, metavar="S",
+                   help="compile limit per candidate in the CPU build stage (s; not charged to --timeout)")
+    p.add_argument("--build-only", action="store_true",
+                   help="the CPU stage only: build and verify every candidate, evaluate none (`kernelpro build`)")
+    p.add_argument("--build-jobs", type=int, metavar="N",
+                   help="parallel builds in the CPU stage (default: the cores, capped by memory)")
     p.add_argument("--executed", choices=("auto", "on", "off"), default="auto",
                    help="PTXBench's correct_with_arch: run ncu on each correct candidate of a task that requests "
                         "features and count the requested SASS families executed (auto = on when a GPU and ncu "
@@ -138,17 +153,100 @@ def _job(task: Any, cand: Any, args: argparse.Namespace, device: str, baselines:
                kb_tolerance=getattr(args, "kb_tolerance", None) or "current")
 
 
+FRESH_ON_RESUME = ("resume", "db", "json", "ray_address")   # taken from the resuming command line
+
+
+@dataclass
+class Item:
+    """One candidate moving through the stages."""
+
+    task: Any
+    cid: int
+    cand: Any
+    path: Path
+    built: bool = False          # a build record exists (this run or resumed)
+    verified: bool = False
+    evaluated: bool = False
+
+
+def build_workers(n: int, requested: int | None = None) -> int:
+    """Parallel builds: the cores, capped by memory (nvcc plus a torch import take ~2 GiB per build)."""
+    if requested:
+        return max(1, requested)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        avail = 0   # unknown: cores decide
+    by_mem = max(1, int(avail // (2 * 2**30))) if avail else cores
+    return max(1, min(n, cores, by_mem))
+
+
+def _cpu_stage(item: Item, archs: list[str], do_build: bool, build_timeout: float,
+               compile_jobs: int) -> tuple[Any, list[tuple[str, bool | None, dict[str, Any]]]]:
+    """Build (shared, content-addressed) and statically verify one candidate; runs on a stage thread."""
+    from kernelpro.harness.build import build_candidate
+
+    b = None
+    if do_build and not item.built:
+        b = build_candidate(item.task.path, item.path, item.cand.hash, timeout_s=build_timeout,
+                            compile_jobs=compile_jobs)
+    vers = [] if item.verified else [(arch, *_verify(item.task, item.path, arch)) for arch in archs]
+    return b, vers
+
+
+class _Heartbeat:
+    """Refreshes the run's heartbeat from its own connection, so a reader can tell a live run from a dead one."""
+
+    def __init__(self, db: Path, run_id: int):
+        from kernelpro.results.store import HEARTBEAT_S
+
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._beat, args=(db, run_id, HEARTBEAT_S), daemon=True,
+                                   name="kp-heartbeat")
+        self._t.start()
+
+    def _beat(self, db: Path, run_id: int, every: float) -> None:
+        from kernelpro.results.store import Store
+
+        st = Store(db)
+        while not self._stop.wait(every):
+            st.heartbeat(run_id)
+        st.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._t.join()
+
+
 def main(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from kernelpro.results.store import Store
+    from kernelpro.runargs import args_config, restore_args
     from kernelpro.suites.candidate import load_candidate
     from kernelpro.toolchain import gpus, no_gpu_reason
 
+    # Logs and pipes get a table wide enough to read, not rich's 80-column default.
     # Tables fit the terminal, or $COLUMNS, or 80 columns in a pipe: wide ones switch to a list layout.
     console = Console(stderr=args.json)
     store = Store(args.db)
+    if args.resume:
+        run = store.get_run(args.resume)
+        if run["kind"] != "bench":
+            raise KernelProError(f"run {args.resume} is a {run['kind']} run, not a bench run")
+        restore_args(args, {k: v for k, v in run["config"].items() if k not in ("archs", "baseline_list")},
+                     fresh=FRESH_ON_RESUME)
+    if not args.suite:
+        raise KernelProError("give a suite, task folder or task file (e.g. ptxbench), or --resume RUN_ID")
     baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
     bad = [b for b in baselines if b not in BASELINES]
     if bad:
@@ -156,17 +254,6 @@ def main(args: argparse.Namespace) -> int:
     from kernelpro.static.compile import check_target
 
     archs = [check_target(a) for a in args.arch] or list(STATIC_ARCHS)
-    if args.resume:
-        run = store.get_run(args.resume)
-        if run["kind"] != "bench":
-            raise KernelProError(f"run {args.resume} is a {run['kind']} run, not a bench run")
-        cfg = run["config"]
-        for k in ("suite", "path", "level", "solutions", "task", "sizes", "baselines", "graphs", "energy", "timeout", "trials",
-                  "device", "sanitizer", "executed", "kb_tolerance", "degenerate"):
-            if k in cfg:
-                setattr(args, k, cfg[k])
-        archs = cfg.get("archs", archs)
-        baselines = cfg.get("baseline_list", baselines)
     kb_tol = getattr(args, "kb_tolerance", None)
     suite, tasks = _resolve_tasks(args.suite, args.task, args.path, args.level, kb_tol)
     # Solution files are found (and a bad --solutions refused) before a run is created.
@@ -177,10 +264,14 @@ def main(args: argparse.Namespace) -> int:
     # where correctness and timing can run
     device = args.device
     visible = list(gpus())
+    skipped_line: str | None = None
     if device == "auto":
         device = "cuda" if visible else "none"
-    if device == "cuda" and not visible:
+    if device == "cuda" and not visible and not args.ray:
         raise KernelProError(f"--device cuda: {no_gpu_reason()}; drop --device to verify statically only")
+    if args.build_only:
+        skipped_line = ("build only: built and verified every candidate, evaluated none (run `kernelpro bench` "
+                        "with the same arguments to evaluate them against these builds)")
     gpu_ids: list[int | None] = [g.index for g in visible][: args.gpus] if device == "cuda" else [None]
     run_arch = visible[0].arch if device == "cuda" and visible else None
 
@@ -188,103 +279,158 @@ def main(args: argparse.Namespace) -> int:
         run_id = args.resume
         store.set_run_status(run_id, "running")
     else:
-        run_id = store.new_run("bench", suite, {
-            "suite": args.suite, "path": args.path, "level": args.level, "solutions": args.solutions, "task": args.task, "sizes": args.sizes,
-            "baselines": args.baselines, "baseline_list": baselines, "graphs": args.graphs, "energy": args.energy,
-            "timeout": args.timeout, "trials": args.trials, "device": args.device, "sanitizer": args.sanitizer,
-            "executed": args.executed, "archs": archs, "kb_tolerance": kb_tol,
-            "degenerate": getattr(args, "degenerate", "check")})
-    done = store.finished_tasks(run_id, "evaluations" if device != "none" else "verifications")
+        run_id = store.new_run("bench", suite, {**args_config(args), "archs": archs, "baseline_list": baselines})
+    beat = _Heartbeat(store.path, run_id)
+
     label = device_label(device, visible[: args.gpus] if args.gpus else visible)
+    out = sys.stderr if args.json else sys.stdout
     print(start_line(run_id, store.path.resolve(), suite, len(tasks) - len(missing), len(missing), archs, label),
-          file=sys.stderr if args.json else sys.stdout, flush=True)
-
+          file=out, flush=True)
     notes: list[str] = [n for n in [skipped_note(missing, args.solutions)] if n]
-    jobs: list[Job] = []
-    job_cids: list[int] = []
     rows: dict[str, dict[str, Any]] = {}
+    items: list[Item] = []
+    for task in tasks:
+        path = solution[task.key]
+        if path is None:
+            continue
+        cand = load_candidate(path)
+        cid = store.add_candidate(run_id, task.key, cand.source, cand.kind,
+                                  "reference" if args.solutions == "reference" else "user",
+                                  info={"path": str(path), "tolerance": _tolerance_text(task, kb_tol),
+                                        **({"degenerate": degenerate[task.key]} if task.key in degenerate else {})})
+        rows[task.key] = {"task": task, "cid": cid, "cand": cand, "degenerate": degenerate.get(task.key)}
+        it = Item(task, cid, cand, path)
+        have_archs = {v["arch"] for v in store.results("verifications", cid)}
+        it.verified = set(archs) <= have_archs
+        it.built = bool(store.results("builds", cid))
+        it.evaluated = any(not str(e["arch"] or "").startswith("sanitizer") for e in store.results("evaluations", cid))
+        items.append(it)
+        if device != "none" and cand.kind != "py":
+            notes.append(f"{task.name}: raw .{cand.kind} candidate, verified statically only (no ModelNew to run)")
+
+    runs_code = device != "none" and not args.build_only
+    # shared builds are for the worker; a static-only run compiles through the verifier alone
+    do_build = device != "none" or args.build_only
+    to_eval = [it for it in items if runs_code and it.cand.kind == "py"]
+    eval_ids = {it.cid for it in to_eval}
+    skipped = {"builds": sum(it.built for it in items if it.cand.kind == "py" and do_build),
+               "verifications": sum(it.verified for it in items),
+               "evaluations": sum(it.evaluated for it in to_eval)}
+    n_workers = build_workers(len(items), args.build_jobs)
+    compile_jobs = max(1, (os.cpu_count() or 1) // n_workers)
+    lanes_desc = "Ray cluster" if args.ray else (f"{len(gpu_ids)} GPU lane(s)" if device == "cuda" else f"{device} lane")
+    print(f"pipeline: CPU stage {n_workers} parallel build{'s' if n_workers > 1 else ''}, "
+          + (f"GPU stage {lanes_desc}" if to_eval else "no evaluation stage")
+          + (f"; resumed: skipping {skipped['builds']} builds, {skipped['verifications']} verifications, "
+             f"{skipped['evaluations']} evaluations already recorded" if args.resume else ""), file=out, flush=True)
+
+    tty = console.is_terminal
     status = "interrupted"
+    events: queue.Queue[tuple[str, Any, Any]] = queue.Queue()
     try:
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeElapsedColumn(), console=console, transient=True) as progress:
-            with_candidate = [t for t in tasks if solution[t.key] is not None]
-            bar = progress.add_task("verify", total=len(with_candidate))
-            # nvcc dominates static verification and runs as a subprocess, so verify every
-            # (candidate, arch) pair concurrently before the loop records them in order; the bar moves as
-            # each task's targets finish, and without a terminal each finished task prints one line.
-            pending = [(t.key, arch, t, solution[t.key]) for t in with_candidate if t.key not in done for arch in archs]
-            verified: dict[tuple[str, str], tuple[bool | None, dict[str, Any]]] = {}
-            left = {t.key: len(archs) for t in with_candidate if t.key not in done}
-            tty = console.is_terminal
-            with ThreadPoolExecutor(max_workers=max(1, min(len(pending), os.cpu_count() or 1))) as ex:
-                futures = {ex.submit(_verify, t, path, arch): (key, arch, t) for key, arch, t, path in pending}
-                for fut in as_completed(futures):
-                    key, arch, t = futures[fut]
-                    verified[(key, arch)] = fut.result()
-                    left[key] -= 1
-                    if left[key] == 0:
-                        progress.update(bar, description=f"verify {t.name}")
-                        progress.advance(bar)
-                        if not tty:
-                            print(verified_line(t.name, {a: verified[(key, a)] for a in archs}),
-                                  file=sys.stderr if args.json else sys.stdout, flush=True)
-            for task in tasks:
-                path = solution[task.key]
-                if path is None:
-                    continue
-                cand = load_candidate(path)
-                cid = store.add_candidate(run_id, task.key, cand.source, cand.kind,
-                                          "reference" if args.solutions == "reference" else "user",
-                                          info={"path": str(path), "tolerance": _tolerance_text(task, kb_tol),
-                                                **({"degenerate": degenerate[task.key]}
-                                                   if task.key in degenerate else {})})
-                rows[task.key] = {"task": task, "cid": cid, "cand": cand, "degenerate": degenerate.get(task.key)}
-                if task.key in done:
-                    progress.advance(bar)
-                    continue
-                if not store.results("verifications", cid):
-                    for arch in archs:
-                        ok, payload = verified.get((task.key, arch)) or _verify(task, path, arch)
-                        store.record("verifications", cid, bool(ok), {**payload, "features_ok": ok}, arch=arch)
-                if device != "none" and cand.kind == "py" and not store.results("evaluations", cid):
-                    jobs.append(_job(task, cand, args, device, baselines))
-                    job_cids.append(cid)
-                elif device != "none" and cand.kind != "py":
-                    notes.append(f"{task.name}: raw .{cand.kind} candidate, verified statically only (no ModelNew to run)")
-            if jobs:
-                ebar = progress.add_task("evaluate", total=len(jobs))
-
-                def on_result(i: int, r: dict[str, Any]) -> None:
-                    store.record("evaluations", job_cids[i], bool(r.get("ok")), r, arch=run_arch or device)
-                    progress.update(ebar, description=f"evaluate {jobs[i].task_key}: {r.get('reason') or 'ok'}")
-                    progress.advance(ebar)
-
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=console,
+                      transient=True, disable=not tty) as progress:
+            cbar = progress.add_task("build+verify", total=len(items))
+            gbar = progress.add_task("evaluate", total=len(to_eval)) if to_eval else None
+            lanes: Any = None
+            if to_eval:
+                done_cb = lambda key, r: events.put(("gpu", key, r))  # noqa: E731 - lane threads only queue it
                 if args.ray:
-                    from kernelpro.harness.pool import run_jobs_ray
+                    from kernelpro.harness.pool import RayLanes
 
-                    run_jobs_ray(jobs, timeout_s=args.timeout, on_result=on_result)
+                    lanes = RayLanes(timeout_s=args.timeout, done=done_cb, address=args.ray_address,
+                                     gpus_per_job=1 if device == "cuda" else 0)
                 else:
-                    from kernelpro.harness.pool import run_jobs
+                    from kernelpro.harness.pool import Lanes
 
-                    run_jobs(jobs, gpus=gpu_ids, timeout_s=args.timeout, on_result=on_result)
-                    if args.sanitizer and device == "cuda":
-                        san_jobs = [dataclasses.replace(j, check_only=True, timing=False) for j in jobs]
+                    lanes = Lanes(gpu_ids, timeout_s=args.timeout, done=done_cb)
+            by_cid = {it.cid: it for it in items}
+            cpu_left, gpu_left, n_cpu, n_gpu = len(items), 0, 0, 0
 
-                        def on_san(i: int, r: dict[str, Any]) -> None:
-                            store.record("evaluations", job_cids[i], bool(r.get("ok")),
-                                         {**r, "mode": f"sanitizer:{args.sanitizer}"}, arch=f"sanitizer:{args.sanitizer}")
+            def submit_gpu(it: Item) -> None:
+                nonlocal gpu_left
+                if lanes is not None and it.cid in eval_ids and not it.evaluated:
+                    lanes.submit(it.cid, _job(it.task, it.cand, args, device, baselines))
+                    gpu_left += 1
+                elif gbar is not None and it.cid in eval_ids:
+                    progress.advance(gbar)   # evaluated before the resume
 
-                        run_jobs(san_jobs, gpus=gpu_ids, timeout_s=args.timeout * 4, on_result=on_san,
-                                 sanitizer=args.sanitizer)
-            if device == "cuda" and run_arch:
-                _executed_leg(store, rows, run_arch, args, notes, progress)
+            ex = ThreadPoolExecutor(max_workers=n_workers, thread_name_prefix="kp-build")
+            try:
+                for it in items:
+                    if (it.built or not do_build or it.cand.kind != "py") and it.verified:
+                        events.put(("cpu", it.cid, (None, [])))    # nothing left to do on the CPU
+                    else:
+                        fut = ex.submit(_cpu_stage, it, archs, do_build and it.cand.kind == "py",
+                                        args.build_timeout, compile_jobs)
+                        fut.add_done_callback(lambda f, c=it.cid: events.put(("cpu", c, f)))
+                while cpu_left or gpu_left:
+                    kind, cid, payload = events.get()
+                    it = by_cid[cid]
+                    if kind == "cpu":
+                        cpu_left -= 1
+                        n_cpu += 1
+                        b, vers = payload.result() if hasattr(payload, "result") else payload
+                        # each result is committed as it arrives: kill -9 loses only the work in flight
+                        if b is not None:
+                            store.record("builds", cid, b.ok, b.to_dict())
+                            it.built = True
+                        for arch, ok, vp in vers:
+                            store.record("verifications", cid, bool(ok), {**vp, "features_ok": ok}, arch=arch)
+                        it.verified = True
+                        line = (f"build {'cached' if b.cached else ('ok' if b.ok else 'FAILED')} {b.wall_s:.1f}s"
+                                if b is not None else "build skipped")
+                        progress.update(cbar, description=f"build+verify {it.task.name}", advance=1)
+                        if not tty:
+                            print(f"[cpu {n_cpu}/{len(items)}] {line}; "
+                                  + (verified_line(it.task.name, {a: (ok, vp) for a, ok, vp in vers}) if vers
+                                     else f"verified {it.task.name}: recorded"), file=out, flush=True)
+                        submit_gpu(it)
+                    else:
+                        gpu_left -= 1
+                        n_gpu += 1
+                        if isinstance(payload, BaseException):
+                            raise payload
+                        r: Result = payload
+                        store.record("evaluations", cid, r.ok, r.to_dict(), arch=run_arch or device)
+                        it.evaluated = True
+                        assert gbar is not None
+                        progress.update(gbar, description=f"evaluate {it.task.name}: {r.reason or 'ok'}", advance=1)
+                        if not tty:
+                            ms = r.candidate_ms
+                            print(f"[gpu {n_gpu}/{len(to_eval) - skipped['evaluations']}] {it.task.name}: "
+                                  f"{r.reason or 'ok'}" + (f" {ms:.4g} ms" if ms is not None else "")
+                                  + f" ({(r.worker or {}).get('wall_s', 0):.1f}s)", file=out, flush=True)
+            finally:
+                ex.shutdown(wait=False, cancel_futures=True)
+                if lanes is not None:
+                    lanes.close()
+            if args.sanitizer and device == "cuda" and to_eval:
+                from kernelpro.harness.pool import run_jobs
+
+                todo = [it for it in to_eval if not any(str(e["arch"] or "").startswith("sanitizer")
+                                                        for e in store.results("evaluations", it.cid))]
+                san_jobs = [dataclasses.replace(_job(it.task, it.cand, args, device, baselines), check_only=True,
+                                                timing=False) for it in todo]
+
+                def on_san(i: int, r: Result) -> None:
+                    store.record("evaluations", todo[i].cid, r.ok, r.with_(mode=f"sanitizer:{args.sanitizer}").to_dict(),
+                                 arch=f"sanitizer:{args.sanitizer}")
+
+                run_jobs(san_jobs, gpus=gpu_ids, timeout_s=args.timeout * 4, on_result=on_san,
+                         sanitizer=args.sanitizer)
+            if device == "cuda" and run_arch and not args.build_only:
+                _executed_leg(store, rows, run_arch, args, notes, progress, console)
         status = "done"
     finally:
+        beat.stop()
         store.set_run_status(run_id, status)
 
     report = build_report(store, run_id, rows, archs, run_arch, baselines)
-    report.update(run_id=run_id, suite=suite, device=label, notes=notes,
-                  skipped=no_gpu_line(no_gpu_reason(), archs, report["rows"]) if device == "none" else None,
+    if device == "none" and not args.build_only:
+        skipped_line = no_gpu_line(no_gpu_reason(), archs, report["rows"])
+    report.update(run_id=run_id, suite=suite, device=label, notes=notes, skipped=skipped_line,
                   tolerance=sorted({_tolerance_text(t, kb_tol) for t in tasks}),
                   degenerate=sorted(k for k, d in degenerate.items() if d["status"] == "degenerate"),
                   not_checked=sorted(k for k, d in degenerate.items() if d["status"] == "not_checked"))
@@ -317,7 +463,7 @@ def _degeneracy(tasks: list[Any], args: argparse.Namespace, console: Any) -> dic
 
 
 def _executed_leg(store: Any, rows: dict[str, dict[str, Any]], arch: str, args: argparse.Namespace,
-                  notes: list[str], progress: Any) -> None:
+                  notes: list[str], progress: Any, console: Any = None) -> None:
     """The executed leg of correct_with_arch: ncu's per-opcode counts for every correct candidate of a
     task that requests features on `arch`, stored in the `profiles` table as the evidence."""
     from kernelpro.toolchain import find_tool
@@ -325,12 +471,18 @@ def _executed_leg(store: Any, rows: dict[str, dict[str, Any]], arch: str, args: 
     if args.executed == "off":
         return
     todo = []
+    recorded = 0
     for key, row in rows.items():
         task, cid = row["task"], row["cid"]
         ev = store.latest("evaluations", cid)
         if (ev and ev["ok"] and ev["payload"].get("correct") and task.requested_features(arch)
                 and not any(p["payload"].get("kind") == "executed" for p in store.results("profiles", cid))):
             todo.append((key, row))
+        elif any(p["payload"].get("kind") == "executed" for p in store.results("profiles", cid)):
+            recorded += 1
+    if recorded and args.resume and console is not None:
+        console.print(f"resumed: skipping {recorded} ncu executed-instruction passes already recorded",
+                      markup=False, highlight=False)
     if not todo:
         return
     if find_tool("ncu") is None:
@@ -352,3 +504,6 @@ def _executed_leg(store: Any, rows: dict[str, dict[str, Any]], arch: str, args: 
             notes.append(f"{task.name}: ncu executed-instruction pass failed: {payload['error'][:160]}")
         store.record("profiles", cid, bool(payload.get("executed_ok")), payload, arch=arch)
         progress.advance(bar)
+        if console is not None and not console.is_terminal:
+            print(f"[ncu] {task.name}: executed_ok={payload.get('executed_ok')}", flush=True,
+                  file=sys.stderr if args.json else sys.stdout)

@@ -28,21 +28,21 @@ if has timing; then
 fi
 if has corpus; then
   stamp "corpus (prebuild beside it)"
-  ( timeout 200 python3 docs/measurements/recipes/prebuild_refs.py ptxbench > "$OUT/prebuild.log" 2>&1 ) &
+  ( timeout 200 python3 -m kernelpro.cli build ptxbench --solutions reference --db "$OUT/prebuild.db" > "$OUT/prebuild.log" 2>&1 ) &
   pre=$!
   timeout 200 python3 docs/measurements/recipes/gpu_harness.py --skip-timing --lanes 10 2>&1 | grep -v USDT | tee -a "$LOG"
   wait $pre
   cat "$OUT/prebuild.log" >> "$LOG"; rm -f "$OUT/prebuild.log"
 elif has bench; then
   stamp "prebuild"
-  timeout 200 python3 docs/measurements/recipes/prebuild_refs.py ptxbench 2>&1 | tee -a "$LOG"
+  timeout 200 python3 -m kernelpro.cli build ptxbench --solutions reference --db "$OUT/prebuild.db" 2>&1 | tee -a "$LOG"
 fi
 if has executed; then
   # CPU builds in the background; on the GPU meanwhile: the corpus re-run, then (if asked) pytest -m gpu,
   # none of which asserts a timing. The ncu passes and the search then run alone.
   stamp "executed (resume $RESUME_DB; corpus entries: ${CORPUS_ONLY:-none}; pytest beside the builds)"
-  root=(); [ -n "${TASK:-}" ] && has search && root=(--search-root "$TASK")
-  ( timeout 220 python3 docs/measurements/recipes/prebuild_refs.py ptxbench "${root[@]}" > "$OUT/prebuild.log" 2>&1 ) &
+  # (the search start node is built by the search itself: its precompile shares the same cache)
+  ( timeout 220 python3 -m kernelpro.cli build ptxbench --solutions reference --db "$OUT/prebuild.db" > "$OUT/prebuild.log" 2>&1 ) &
   pre=$!
   if [ -n "${CORPUS_ONLY:-}" ]; then
     only=(); for o in $CORPUS_ONLY; do only+=(--only "$o"); done

@@ -9,7 +9,7 @@ end=$(( $(date +%s) + ${BUDGET_S:-540} ))
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv | tee "$OUT/gpu.txt"
 ( KP_BUDGET_S=${PROFILE_S:-170} timeout $(( ${PROFILE_S:-170} + 40 )) bash docs/measurements/recipes/gpu_profile_record.sh > "$OUT/profile.log" 2>&1 ) &
 prof=$!
-timeout 150 python3 docs/measurements/recipes/prebuild_refs.py ptxbench 2>&1 | tee "$OUT/prebuild.log"
+timeout 150 python3 -m kernelpro.cli build ptxbench --solutions reference --db "$OUT/prebuild.db" 2>&1 | tee "$OUT/prebuild.log"
 wait $prof
 tail -25 "$OUT/profile.log"
 left=$(( end - $(date +%s) - 5 ))
