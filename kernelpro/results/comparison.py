@@ -77,14 +77,13 @@ def add_round(cmp: Comparison, r: int, judged: str, rec: Result, baseline: str) 
         detail = rec.detail or ""
         cmp.notes.append(f"round {r + 1}: {judged} failed: {rec.reason}: "
                          f"{detail.splitlines()[0][:160] if detail else ''}")
-    en = rec.get("energy") or {}
     joules: dict[str, float | None] = {lab: None for lab in cmp.labels}
-    if rec.get("ok") and isinstance(en.get("candidate"), dict):
-        joules[judged] = en["candidate"].get("j_per_call")
+    if rec.ok and rec.j_per_call("candidate") is not None:
+        joules[judged] = rec.j_per_call("candidate")
         for lab in cmp.labels:
-            if isinstance(en.get(f"rival:{lab}"), dict):
-                joules[lab] = en[f"rival:{lab}"].get("j_per_call")
-    timing = rec.get("timing") or {}
+            if lab != judged and rec.j_per_call(f"rival:{lab}") is not None:
+                joules[lab] = rec.j_per_call(f"rival:{lab}")
+    timing = rec.timing or {}
     cmp.energy.append(joules)
     cmp.telemetry.append({"protocol": timing.get("protocol", "interleaved"), **(timing.get("telemetry") or {}),
                           "steady": (timing.get("steady") or {}).get("outcome")})
