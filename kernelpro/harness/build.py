@@ -78,6 +78,16 @@ def _clear_locks(ext_dir: Path) -> None:
         lock.unlink(missing_ok=True)
 
 
+def builds_extensions(candidate_path: str | Path) -> bool:
+    """Whether a candidate may JIT-build extensions (names torch's extension loader, or loads a helper
+    file that may): decides only whether a consumer outside bench builds it first, never a verdict."""
+    try:
+        src = Path(candidate_path).read_text()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return any(k in src for k in ("cpp_extension", "load_inline", "spec_from_file_location"))
+
+
 def cached_build(candidate_hash: str, cache_dir: str | Path | None = None) -> Build | None:
     from kernelpro.harness.worker import extension_dir
 

@@ -75,7 +75,13 @@ def run_job(job: Job, *, timeout_s: float = DEFAULT_TIMEOUT_S, gpu: int | None =
     if not isinstance(job, Job):
         raise TypeError(f"run_job takes a Job, not {type(job).__name__}; build it with Job(...) or Job.from_dict")
     from kernelpro import isolation
-    from kernelpro.harness.build import arch_list_env, private_view
+    from kernelpro.harness.build import (
+        arch_list_env,
+        build_candidate,
+        builds_extensions,
+        cached_build,
+        private_view,
+    )
 
     tmp = Path(tempfile.mkdtemp(prefix="kp-job-", dir=workdir))
     jobfile, resultfile = tmp / "job.json", tmp / "result.json"
@@ -89,6 +95,12 @@ def run_job(job: Job, *, timeout_s: float = DEFAULT_TIMEOUT_S, gpu: int | None =
     writable = [tmp]
     build_info: dict[str, Any] = {"ext_dir": str(shared)}
     if isolation.can_bind():
+        if (job.candidate_hash and builds_extensions(job.candidate_path)
+                and cached_build(job.candidate_hash, cache_dir) is None):
+            # No shared build yet (compare, optimize, a first run outside bench): make it once, in the build
+            # sandbox and on its own limit, so this worker's private copy and every later one start built.
+            b = build_candidate(job.task_path, job.candidate_path, job.candidate_hash, cache_dir=cache_dir)
+            build_info.update(built_here=True, build_ok=b.ok, build_s=round(b.wall_s, 2))
         shared, mine, copy_s = private_view(job.candidate_hash or "nohash", tmp, cache_dir)
         binds.append((mine, shared))
         build_info.update(view="private copy", copy_s=round(copy_s, 4))
