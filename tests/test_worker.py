@@ -95,7 +95,7 @@ def test_honest_result_has_the_documented_shape(tmp_path):
             def forward(self, a, b):
                 return a + b
     """), timeout_s=120)
-    assert r.ok and r.status == "passed" and r.reason is None
+    assert r.ok and r.status == "passed" and r.reason is None, (r.reason, r.detail)
     for key in ("checks", "correctness", "timing", "speedup", "work", "worker"):
         assert getattr(r, key), key
     assert r.compiled and r.correct and r.correct_shown and r.correct_heldout and r.failed_checks == []
