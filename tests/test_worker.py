@@ -144,3 +144,19 @@ def test_job_rejects_unknown_keys_and_bad_values(tmp_path):
         Job.from_dict({**good, "rivals": [{"label": "x"}]})
     with pytest.raises(TypeError, match="run_job takes a Job"):
         run_job(good, timeout_s=5)
+
+
+def test_the_job_file_is_gone_before_the_candidate_is_imported(tmp_path):
+    """The job says what kind of pass runs (check-only under the sanitizer, timed or not): a candidate that
+    could read it could behave only where it is not timed."""
+    r = run_job(_job(tmp_path, """
+        import os, sys
+        import torch.nn as nn
+        if any(a.endswith("job.json") and os.path.exists(a) for a in sys.argv):
+            raise RuntimeError("read the job")
+        class ModelNew(nn.Module):
+            def forward(self, a, b):
+                return a + b
+    """, sizes="default", timing=False), timeout_s=120)
+    assert r["ok"], (r["reason"], r["detail"])
+    assert r["worker"]["isolation"]["mode"] in ("bwrap", "unshare", "none")

@@ -207,6 +207,9 @@ def _worker_main(jobfile: str, resultfile: str) -> int:
 
     stage("start")
     job = Job.from_dict(json.loads(Path(jobfile).read_text()))
+    # Gone before the candidate is imported: what kind of pass this is (check-only under the sanitizer,
+    # timed, its sizes) is not for the candidate to read.
+    Path(jobfile).unlink(missing_ok=True)
     device = job.device
     if device == "cpu":
         import resource

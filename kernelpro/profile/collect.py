@@ -427,7 +427,8 @@ def _drive(candidate: str, task_path: str, size_json: str, calls: str) -> None:
     task = load_task(task_path)
     size = json.loads(size_json)
     mod, _ref, inputs = instantiate(task, size, device="cuda", seed=0)
-    cand = import_module_from(Path(candidate), "kp_profiled_candidate")
+    # the module name the worker gives the candidate: __name__ does not tell this pass from the evaluation
+    cand = import_module_from(Path(candidate), f"kp_candidate_{os.getpid()}")
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = cand.ModelNew(*mod.get_init_inputs()).cuda()

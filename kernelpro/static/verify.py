@@ -124,7 +124,7 @@ note["common_flags"] = [str(f) for f in getattr(ce, "COMMON_NVCC_FLAGS", [])]
 error = None
 sys.argv = [path]
 try:
-    ns = runpy.run_path(path, run_name="__kernelpro_candidate__")
+    ns = runpy.run_path(path, run_name=f"kp_candidate_{os.getpid()}")   # the worker's module name for it
     # Candidates that build when the model is constructed (not at import) are captured by
     # constructing it; a constructor that needs the task's init arguments is left alone.
     # Constructed even when something was captured at import: a second extension may be built there.
