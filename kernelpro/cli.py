@@ -138,7 +138,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable | str]]:
         prog="kernelpro",
         description="Benchmark and optimize LLM-written GPU kernels down to architecture-specific PTX.")
     parser.add_argument("--version", action="version", version=f"kernelpro {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", help="one stage of the pipeline (COMMAND --help)")
     handlers: dict[str, Callable | str] = {}
     for name, (_, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)

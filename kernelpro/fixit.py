@@ -630,7 +630,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="fixit_command", metavar="{export,train}")
+    sub = p.add_subparsers(dest="fixit_command", metavar="{export,train}",
+                           help="export: write the failed-then-fixed pairs as JSONL; train: LoRA on them")
     e = sub.add_parser("export", help="mine failed->fixed pairs from the run store into chat JSONL")
     # `kernelpro fixit export --db X` must work too, not only `kernelpro fixit --db X export`;
     # SUPPRESS keeps an absent flag here from overwriting the parent's value.
@@ -646,30 +647,44 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--min-gain", type=float, default=1.05,
                    help="a fix of a slow candidate must be at least this much faster (default 1.05)")
     e.add_argument("--max-hops", type=int, default=3, help="how many attempts a fix may be away (default 3)")
-    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--seed", type=int, default=0,
+                   help="seed of the train/validation split (default 0)")
     t = sub.add_parser("train", help="LoRA SFT with TRL on an exported dataset and a local model folder")
     t.add_argument("--data", required=True, help="export folder (uses train.jsonl) or a JSONL file")
     t.add_argument("--model", required=True, help="local model folder (config.json, weights, tokenizer)")
     t.add_argument("-o", "--output", required=True, help="folder for checkpoints, adapter/ and train_log.json")
     t.add_argument("--eval-data", help="export folder (uses eval.jsonl) or JSONL for periodic eval loss")
-    t.add_argument("--epochs", type=float, default=1.0)
+    t.add_argument("--epochs", type=float, default=1.0,
+                   help="passes over the training set (default 1)")
     t.add_argument("--max-steps", type=int, default=-1, help="stop after this many optimizer steps")
-    t.add_argument("--lr", type=float, default=2e-4)
-    t.add_argument("--batch-size", type=int, default=1)
-    t.add_argument("--grad-accum", type=int, default=8)
+    t.add_argument("--lr", type=float, default=2e-4,
+                   help="learning rate (default 2e-4)")
+    t.add_argument("--batch-size", type=int, default=1,
+                   help="examples per device step (default 1)")
+    t.add_argument("--grad-accum", type=int, default=8,
+                   help="steps whose gradients are summed before an update (default 8)")
     t.add_argument("--max-length", type=int, default=8192, help="tokens per example (longer are truncated)")
-    t.add_argument("--lora-r", type=int, default=16)
-    t.add_argument("--lora-alpha", type=int, default=32)
-    t.add_argument("--lora-dropout", type=float, default=0.05)
+    t.add_argument("--lora-r", type=int, default=16,
+                   help="LoRA rank (default 16)")
+    t.add_argument("--lora-alpha", type=int, default=32,
+                   help="LoRA scaling alpha (default 32)")
+    t.add_argument("--lora-dropout", type=float, default=0.05,
+                   help="dropout on the LoRA layers (default 0.05)")
     t.add_argument("--target-modules", default="all-linear", help="comma-separated module names or all-linear")
     t.add_argument("--modules-to-save", default="",
                    help="comma-separated modules trained in full besides the LoRA ones (e.g. lm_head)")
-    t.add_argument("--save-steps", type=int, default=50)
-    t.add_argument("--logging-steps", type=int, default=10)
-    t.add_argument("--warmup-ratio", type=float, default=0.03)
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--precision", choices=("auto", "bf16", "fp16", "fp32"), default="auto")
-    t.add_argument("--no-gradient-checkpointing", action="store_true")
+    t.add_argument("--save-steps", type=int, default=50,
+                   help="save a checkpoint every N optimizer steps (default 50)")
+    t.add_argument("--logging-steps", type=int, default=10,
+                   help="log the loss every N steps (default 10)")
+    t.add_argument("--warmup-ratio", type=float, default=0.03,
+                   help="fraction of steps spent warming the learning rate up (default 0.03)")
+    t.add_argument("--seed", type=int, default=0,
+                   help="random seed of training (default 0)")
+    t.add_argument("--precision", choices=("auto", "bf16", "fp16", "fp32"), default="auto",
+                   help="weights' precision: auto (bf16 on a GPU that has it, else fp32), bf16, fp16 or fp32")
+    t.add_argument("--no-gradient-checkpointing", action="store_true",
+                   help="keep activations instead of recomputing them (faster, more memory)")
     t.add_argument("--full-loss", action="store_true", help="also train on the prompt tokens")
     t.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --output")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")

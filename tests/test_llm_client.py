@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-pytest.importorskip("openai")
+pytest.importorskip("openai", reason="openai not installed (pip install 'kernelpro[llm]')")
 
 from loopback_llm import LoopbackLLM  # noqa: E402
 

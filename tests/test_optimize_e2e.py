@@ -9,7 +9,7 @@ resume from the store.
 
 import pytest
 
-pytest.importorskip("openai")
+pytest.importorskip("openai", reason="openai not installed (pip install 'kernelpro[llm]')")
 
 from loopback_llm import LoopbackLLM  # noqa: E402
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-pytest.importorskip("openai")
+pytest.importorskip("openai", reason="openai not installed (pip install 'kernelpro[llm]')")
 
 from loopback_llm import LoopbackLLM  # noqa: E402
 from rich.console import Console  # noqa: E402

@@ -123,7 +123,7 @@ class LLMClient:
             try:
                 import openai
             except ImportError:
-                raise KernelProError("the LLM policy needs the `openai` package: `pip install openai` "
+                raise KernelProError("the LLM policy needs the `openai` package: `pip install 'kernelpro[llm]'` "
                                      "(or use --policy param)") from None
             self._client = openai.OpenAI(base_url=self.config.base_url, api_key=self.config.api_key,
                                          timeout=self.config.timeout_s, max_retries=0)

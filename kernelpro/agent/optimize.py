@@ -26,18 +26,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("search")
     g.add_argument("--policy", choices=("llm", "param"), default="llm",
                    help="llm: a model writes kernels; param: mutate the task's parameterized reference (no LLM)")
-    g.add_argument("--search", choices=("mcts", "greedy"), default="mcts")
+    g.add_argument("--search", choices=("mcts", "greedy"), default="mcts",
+                   help="mcts: tree search that revisits promising branches; greedy: always expand the best node "
+                        "so far (default mcts)")
     g.add_argument("--budget-nodes", type=int, default=20, help="expansions, the start included (default 20)")
     g.add_argument("--budget-tokens", type=int, help="hard cap on LLM tokens (prompt + completion)")
     g.add_argument("--budget-calls", type=int, help="hard cap on LLM requests")
     g.add_argument("--budget-seconds", type=float, help="wall-time cap for the whole search")
-    g.add_argument("--objective", choices=("speed", "energy", "mix"), default="speed")
+    g.add_argument("--objective", choices=("speed", "energy", "mix"), default="speed",
+                   help="what a node is scored by: speed (speedup vs --baseline), energy (joules per call), or "
+                        "mix (weighted by --energy-weight); default speed")
     g.add_argument("--energy-weight", type=float, default=0.5, help="weight of energy in --objective mix")
     g.add_argument("--max-slowdown", type=float, default=0.02, metavar="FRACTION",
                    help="--objective energy/mix: candidates more than this fraction slower than the start are "
                         "penalised steeply (default 0.02; a negative value turns the floor off)")
     g.add_argument("--parallel", type=int, default=1, help="expansions per batch; their builds overlap")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=int, default=0, help="random seed of the search and the parameter policy "
+                   "(same seed, same tree; default 0)")
     g.add_argument("--resume", type=int, metavar="RUN_ID", help="continue a stored optimize run")
     g.add_argument("--template", help="parameterized template module (PARAMS + make_source) for --policy param")
     g.add_argument("--start", metavar="K=V,...",
@@ -62,7 +67,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--model", help="model name as the endpoint serves it")
     m.add_argument("--api-key", help="API key (default $KERNELPRO_API_KEY, $OPENAI_API_KEY, or 'EMPTY')")
     m.add_argument("--config", help="TOML config with an [llm] table (default ~/.config/kernelpro/config.toml)")
-    m.add_argument("--temperature", type=float)
+    m.add_argument("--temperature", type=float, help="sampling temperature of the model (default: the config "
+                   "file's, else the endpoint's)")
     m.add_argument("--max-tokens", type=int, help="per reply")
     m.add_argument("--hw-docs", action=argparse.BooleanOptionalAction, default=True,
                    help="include hardware context documents in prompts")
@@ -72,11 +78,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--no-codesearch", action="store_true", help="do not offer the CUTLASS code-search tool")
     r = p.add_argument_group("PTXBench protocol")
     r.add_argument("--protocol", choices=("ptxbench",), help="run PTXBench's multi-turn refinement protocol")
-    r.add_argument("--turns", type=int, default=8)
-    r.add_argument("--target-speedup", type=float, default=1.2)
+    r.add_argument("--turns", type=int, default=8, help="refinement turns per trajectory (default 8)")
+    r.add_argument("--target-speedup", type=float, default=1.2,
+                   help="a trajectory stops early once a correct candidate reaches this speedup (default 1.2)")
     r.add_argument("--variants", default="base,hwdocs,hwdocs+patterns",
                    help="comma-separated prompt variants: base, hwdocs, hwdocs+patterns")
-    r.add_argument("--repeats", type=int, default=1)
+    r.add_argument("--repeats", type=int, default=1, help="trajectories per task and prompt variant (default 1)")
     r.add_argument("--table-csv", help="also write the results table as CSV (PTXBench's columns)")
     p.add_argument("--quiet", action="store_true", help="no live progress")
 
@@ -222,13 +229,24 @@ def _search(args: argparse.Namespace, console: Any, store: Any, run_id: int, tas
                        max_slowdown=args.max_slowdown if args.max_slowdown is not None and args.max_slowdown >= 0
                        else None, parallel=max(1, args.parallel),
                        seed=args.seed, arch=arch, workdir=workdir)
+    timed = type(evaluator).__name__ == "HarnessEvaluator"
+    if not timed:
+        from kernelpro.agent.ui import static_only_line
+        from kernelpro.toolchain import no_gpu_reason
+
+        console.print(static_only_line(no_gpu_reason(), arch), markup=False, highlight=False)
     with Progress(console, llm=llm, enabled=not args.quiet) as progress:
         search = Search(task, policy, evaluator, store, run_id, cfg, on_progress=progress)
         if resumed:
             n = search.load()
             console.print(f"resumed run {run_id}: {n} nodes from the store")
         res = search.run()
-    console.print(summary_table(search, res, args.objective))
+    if timed:
+        console.print(summary_table(search, res, args.objective))
+    else:
+        from kernelpro.agent.ui import static_summary
+
+        console.print(static_summary(search, res), markup=False, highlight=False)
     if llm is not None:
         u = llm.usage
         console.print(f"LLM: {u.calls} requests, {u.replies} replies, {u.failures} failed, {u.prompt_tokens} prompt + "

@@ -74,6 +74,21 @@ class Progress:
                            markup=False, highlight=False)
 
 
+def static_only_line(reason: str | None, arch: str) -> str:
+    """Said before a search whose evaluator can only compile and verify: what it checks, what it cannot."""
+    why = f"no GPU ({reason})" if reason else "static evaluator"
+    return (f"{why}: nothing can be timed or run for correctness, so no node is ranked by speed; each variant "
+            f"is compiled for {arch} and its requested features are verified in PTX and SASS")
+
+
+def static_summary(s: Search, res: SearchResult) -> str:
+    """The end of a static-only search: which variants compiled and verified, none called best."""
+    ok = [n.key for n in s.nodes.values() if n.ok]
+    return (f"{s.task.key}: {s.cfg.strategy} search, run {s.run_id}, static checks only: {len(ok)} of {res.nodes} "
+            f"variants compiled and verified ({', '.join(ok) or 'none'}); not timed, so none is named best; "
+            f"stopped: {res.stop_reason}")
+
+
 def summary_table(s: Search, res: SearchResult, objective: str) -> Table:
     t = Table(title=f"{s.task.key}: {s.cfg.strategy} search, objective {objective}, run {s.run_id}")
     for col in ("", "node", "speedup", "energy/call", "energy ratio", "change"):

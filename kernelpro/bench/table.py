@@ -149,7 +149,7 @@ def start_line(run_id: int, store_path: Any, suite: str, n_with: int, n_without:
                device: str) -> str:
     """The first thing `bench` prints, before any work: which run, where it is stored, what it will do."""
     skipped = f" ({n_without} without one: skipped)" if n_without else ""
-    return (f"kernelpro bench: run {run_id} in {store_path}: {n_with} {suite} task{'s' if n_with != 1 else ''} "
+    return (f"kernelpro bench: run {run_id} in {store_path}: {n_with} task{'s' if n_with != 1 else ''} of {suite} "
             f"with a candidate{skipped}; static checks for {', '.join(archs)}; {device}")
 
 

@@ -159,7 +159,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline", default="eager", help="the harness baseline timed alongside (eager|compile|vendor)")
     p.add_argument("--sizes", default="default",
                    help="sizes the judged candidate is checked on each round (default: the timing size)")
-    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                   help="where the rounds run: cuda (default) or cpu for pure-PyTorch candidates")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per round")
     p.add_argument("--json", help="also write the comparison as JSON")
 

@@ -398,6 +398,9 @@ def compile_cause(diagnostics: Sequence[Diagnostic | dict], arch: str) -> Cause 
         family = m.group("instr").split(".")[0].split()[0]
         if family in _ARCH_ONLY:
             only, home, instead = _ARCH_ONLY[family]
+            if home.rstrip("af") == m.group("target"):
+                return Cause(f"needs {home} ({family})", f"{family} needs the arch-specific target {home}, not "
+                             f"{m.group('target')}")
             alt = instead.get(m.group("target"))
             return Cause(f"{only} ({family})", f"{family} is {only} ({home}); "
                          + (f"{m.group('target')} uses {alt}" if alt else f"{m.group('target')} has no {family}"))

@@ -137,6 +137,8 @@ except _KernelProCaptured:
     pass
 except SystemExit as e:
     error = f"the candidate called sys.exit({e.code}) at import time"
+except SyntaxError as e:
+    error = f"{os.path.basename(path)}:{e.lineno}: SyntaxError: {e.msg}"
 except BaseException as e:
     tb = traceback.extract_tb(e.__traceback__)
     where = next((f"{os.path.basename(fr.filename)}:{fr.lineno}" for fr in reversed(tb)
@@ -194,10 +196,12 @@ def extract_sources(candidate_path: str | Path, timeout: float = 120) -> list[Cu
             for f in cap["files"]:
                 sources.append(CudaSource("cu", f["text"], f"{path.name}:load({cap['name']}):{f['file']}", flags,
                                           [str(path.parent.resolve()), *inc]))
+    if not sources and data.get("error"):
+        # A candidate that does not import has a Python problem, not a missing load_inline call.
+        raise KernelProError(f"candidate {path.name} fails at import: {data['error']}; fix the Python first")
     if not sources:
-        why = f" ({data['error']})" if data.get("error") else ""
         raise KernelProError(
-            f"candidate {path.name} loads no CUDA code at import time{why}; it must call "
+            f"candidate {path.name} loads no CUDA code at import time; it must call "
             "torch.utils.cpp_extension.load_inline(..., cuda_sources=...) or load(..., sources=['x.cu']) "
             "at module level, or be a .cu/.ptx file")
     return sources
