@@ -11,7 +11,7 @@ T="$OUT/transcript.txt"
 step() {   # step CMD...: the command line, its output (stdout+stderr), its exit code and wall time
   echo "\$ $*" >> "$T"
   local t0=$SECONDS
-  timeout 240 "$@" < /dev/null >> "$T" 2>&1
+  timeout "${KP_STEP_TIMEOUT:-270}" "$@" < /dev/null >> "$T" 2>&1
   echo "[exit $?, $((SECONDS - t0)) s]" >> "$T"
   echo >> "$T"
 }
