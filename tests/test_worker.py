@@ -158,5 +158,5 @@ def test_the_job_file_is_gone_before_the_candidate_is_imported(tmp_path):
             def forward(self, a, b):
                 return a + b
     """, sizes="default", timing=False), timeout_s=120)
-    assert r["ok"], (r["reason"], r["detail"])
-    assert r["worker"]["isolation"]["mode"] in ("bwrap", "unshare", "none")
+    assert r.ok, (r.reason, r.detail)
+    assert r.worker["isolation"]["mode"] in ("bwrap", "unshare", "none")

@@ -22,10 +22,16 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+
+
+def _as_dict(r: Any) -> dict:
+    """A worker result as a plain dict (run_job returns a typed Result)."""
+    return r if isinstance(r, dict) else r.to_dict()
 
 
 def ceilings() -> dict:
@@ -62,11 +68,12 @@ def corpus(lanes: int, only: list[str] | None = None) -> list[dict]:
     rows: list[dict | None] = [None] * len(ents)
     t0 = time.time()
 
-    def done(i: int, r: dict) -> None:
+    def done(i: int, res: Any) -> None:
         e = ents[i]
+        r = _as_dict(res)
         rows[i] = {"candidate": e.name, "task": e.task, "expected": e.expected("cuda"),
                    "verdict": r.get("reason") or "passed",
-                   "failed_checks": r.get("failed_checks", []), "ok": verdict_ok(e, r, "cuda"),
+                   "failed_checks": r.get("failed_checks", []), "ok": verdict_ok(e, res, "cuda"),
                    "detail": (r.get("detail") or "")[:160], "wall_s": round(r.get("worker", {}).get("wall_s", 0), 1),
                    "timing": (r.get("timing") or {}).get("stats", {}).get("candidate", {}).get("median_ms"),
                    "floor_ms": (r.get("work") or {}).get("floor_ms")}
@@ -154,9 +161,9 @@ def gemm_observed_vs_plain() -> dict:
     from kernelpro.harness.worker import extension_dir
 
     os.environ["TORCH_EXTENSIONS_DIR"] = str(extension_dir(c.hash, "/tmp/kp-cache"))
-    r = run_job(job, timeout_s=280, gpu=0, cache_dir="/tmp/kp-cache")   # builds the extension first
+    run_job(job, timeout_s=280, gpu=0, cache_dir="/tmp/kp-cache")   # builds the extension first
     p1 = plain()
-    r = run_job(job, timeout_s=280, gpu=0, cache_dir="/tmp/kp-cache")
+    r = _as_dict(run_job(job, timeout_s=280, gpu=0, cache_dir="/tmp/kp-cache"))
     p2 = plain()
     observed = (r.get("timing") or {}).get("stats", {}).get("candidate", {}).get("median_ms")
     base = (p1 + p2) / 2
