@@ -186,3 +186,28 @@ def test_tasks_command_lists_degenerate_problems_of_a_checkout(problems: dict[st
     assert "atol=rtol=0.0001 (KernelBench current, fp32)" in out
     assert main(["tasks", "kernelbench", "--path", str(root), "--degenerate", "skip"]) == 0
     assert "degenerate (" not in capsys.readouterr().out
+
+
+def test_shrinking_reexecutes_the_file_so_computed_globals_follow(tmp_path: Path) -> None:
+    from kernelpro.suites.degenerate import probe_file
+
+    p = tmp_path / "5_BiasAdd.py"
+    p.write_text(HEAD + textwrap.dedent("""
+        class Model(nn.Module):
+            def __init__(self, bias_shape):
+                super().__init__()
+                self.bias = nn.Parameter(torch.randn(bias_shape))
+            def forward(self, x):
+                return x + self.bias
+        batch_size = 64
+        channels = 512
+        bias_shape = (channels, 1)
+        def get_inputs():
+            return [torch.rand(batch_size, channels, 8)]
+        def get_init_inputs():
+            return [bias_shape]
+    """))
+    d = probe_file(p, max_elements=5000, time_limit_s=30)
+    assert d.status == "ok", d.detail
+    assert d.size["channels"] < 512   # with the old bias_shape the add would have raised: not_checked
+    assert d.param_change > 0.01

@@ -13,10 +13,12 @@ any speedup it likes. This module finds them from the reference alone, on the CP
   ``t`` when no variant changes it by more than ``t`` (so the figures at 1e-4 and 1e-2 come from one run);
 - KernelBench's sizes can be far too large for a CPU (level 1's softmax is 4096 x 393216 in the current
   release), so the shapes are first read on the ``meta`` device (no memory) and, while the inputs plus
-  parameters exceed `MAX_ELEMENTS`, the largest integer size global above 2 is halved (globals of 1
+  parameters exceed `MAX_ELEMENTS` / `MAX_PARAMS`, the largest integer size global above 2 is halved (globals of 1
   and 2, the ones that make a problem degenerate, are never touched). The size checked is recorded;
 - each problem has a time limit; one that runs out, raises, or cannot be shrunk is recorded as
   ``not_checked`` with the reason, never as degenerate or not.
+- a shrunk size is applied by executing the problem file again with those top-level assignments
+  replaced, so globals computed from them (a bias shape) follow.
 
 The reference is code from a checkout, so it runs in a child process started by `kernelpro.sandbox.run`
 (``python -m kernelpro.suites.degenerate FILE...``), which prints one JSON line per problem. Results are
@@ -40,7 +42,8 @@ from typing import Any
 from kernelpro.errors import KernelProError
 
 METHOD_VERSION = 1
-MAX_ELEMENTS = 1 << 21          # inputs + parameters of one checked size (2M floats, 8 MB)
+MAX_ELEMENTS = 1 << 21          # inputs of one checked size (2M floats, 8 MB)
+MAX_PARAMS = 1 << 27            # parameters of one checked size (128M floats: VGG-sized networks run)
 TIME_LIMIT_S = 40.0             # per problem, inside the probe process
 SEEDS = (1, 2, 3)
 TOLERANCES = (1e-4, 1e-2)        # KernelBench's current fp32 tolerance and v0's
@@ -125,8 +128,8 @@ def _numel(xs: Sequence[Any]) -> int:
     return sum(x.numel() for x in xs if isinstance(x, torch.Tensor))
 
 
-def _meta_elements(mod: Any) -> int:
-    """Elements of the inputs plus the parameters at the module's current globals, on the meta device."""
+def _meta_elements(mod: Any) -> tuple[int, int]:
+    """(input elements, parameter elements) at the module's globals, built on the meta device (no memory)."""
     import torch
 
     with torch.device("meta"):
@@ -135,7 +138,7 @@ def _meta_elements(mod: Any) -> int:
         model = mod.Model(*init)
     params = sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers()) \
         if isinstance(model, torch.nn.Module) else 0
-    return _numel(xs) + params
+    return _numel(xs), params
 
 
 def _size_globals(mod: Any) -> dict[str, int]:
@@ -144,29 +147,48 @@ def _size_globals(mod: Any) -> dict[str, int]:
             if isinstance(v, int) and not isinstance(v, bool) and not k.startswith("_") and k.upper() != "META"}
 
 
-def _shrink_once(mod: Any, globals_: dict[str, int], changed: dict[str, int]) -> bool:
-    """Halve the largest integer size global above 2 (in the module too); False when none is left."""
+def _rebuild(path: Path, changed: dict[str, int], unique: str) -> Any:
+    """The problem's module executed again with the top-level assignments of `changed` replaced by their
+    new values, so globals computed from them (``bias_shape = (out_channels, 1, 1)``) follow."""
+    import ast
+    import types
+
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and node.targets[0].id in changed:
+            node.value = ast.copy_location(ast.Constant(changed[node.targets[0].id]), node.value)
+    mod = types.ModuleType(unique)
+    mod.__file__ = str(path)
+    sys.modules[unique] = mod
+    exec(compile(tree, str(path), "exec"), mod.__dict__)
+    return mod
+
+
+def _shrink_once(globals_: dict[str, int], changed: dict[str, int]) -> bool:
+    """Halve the largest integer size global above 2; False when none is left."""
     big = [(v, k) for k, v in globals_.items() if v > 2]
     if not big:
         return False
     v, k = max(big)
     globals_[k] = max(2, v // 2)
     changed[k] = globals_[k]
-    setattr(mod, k, globals_[k])
     return True
 
 
-def _fit(mod: Any, globals_: dict[str, int], max_elements: int, changed: dict[str, int]) -> None:
-    """Shrink until the inputs plus parameters fit `max_elements` (as measured on the meta device)."""
+def _fit(path: Path, mod: Any, globals_: dict[str, int], max_elements: int, changed: dict[str, int],
+         unique: str) -> Any:
+    """Shrink until inputs fit `max_elements` and parameters `MAX_PARAMS`; the module at that size."""
     for _ in range(200):
         try:
-            n = _meta_elements(mod)
+            n_in, n_par = _meta_elements(mod)
         except Exception:  # noqa: BLE001 - a reference that cannot build on meta is measured as it is
-            return
-        if n <= max_elements:
-            return
-        if not _shrink_once(mod, globals_, changed):
-            raise RuntimeError(f"{n} elements at the smallest size this method reaches")
+            return mod
+        if n_in <= max_elements and n_par <= MAX_PARAMS:
+            return mod
+        if not _shrink_once(globals_, changed):
+            raise RuntimeError(f"{n_in} input and {n_par} parameter elements at the smallest size this method reaches")
+        mod = _rebuild(path, changed, unique)
     raise RuntimeError("size reduction did not converge")
 
 
@@ -195,9 +217,10 @@ def probe_file(path: Path, seed: int = 0, max_elements: int = MAX_ELEMENTS,
     signal.setitimer(signal.ITIMER_REAL, time_limit_s)
     size: dict[str, int] = {}
     try:
-        mod = import_module_from(path, f"kp_degenerate_{abs(hash(str(path)))}")
+        unique = f"kp_degenerate_{abs(hash(str(path)))}"
+        mod = import_module_from(path, unique)
         globals_ = _size_globals(mod)
-        _fit(mod, globals_, max_elements, size)
+        mod = _fit(path, mod, globals_, max_elements, size, unique)
 
         def inputs(s: int, scaled: bool = False) -> list[Any]:
             torch.manual_seed(s)
@@ -218,8 +241,9 @@ def probe_file(path: Path, seed: int = 0, max_elements: int = MAX_ELEMENTS,
             base_in = inputs(seed)
             t0 = time.monotonic()
             base = run(model, base_in)
-            if time.monotonic() - t0 <= time_limit_s / 12 or not _shrink_once(mod, globals_, size):
+            if time.monotonic() - t0 <= time_limit_s / 12 or not _shrink_once(globals_, size):
                 break
+            mod = _rebuild(path, size, unique)
         in_change = 0.0
         for s in SEEDS:
             in_change = max(in_change, change(run(model, inputs(s)), base))
