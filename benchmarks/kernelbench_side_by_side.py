@@ -220,7 +220,8 @@ def run_kp(groups: list[tuple[Path, list[str]]], kb_path: str, out: Path, parall
                     found[c["task"].split("/")[-1]] = {
                         "correct": bool(pl.get("ok")) and bool(pl.get("correct")), "reason": pl.get("reason"),
                         "detail": pl.get("detail"), "failed_checks": pl.get("failed_checks") or [],
-                        "speedup": pl.get("speedup") or {}, "degenerate": deg.get("status") == "degenerate",
+                        "speedup": pl.get("speedup") or {}, "reference_change": pl.get("reference_change"),
+                        "degenerate": deg.get("status") == "degenerate" or _static(pl),
                         "tol_needed": None if not vals or None in vals else max(vals),
                         "tolerance": [(c.get("info") or {}).get("tolerance")]}
         rows: list[tuple[tuple[str, str], dict[str, Any]]] = []
@@ -241,6 +242,12 @@ def run_kp(groups: list[tuple[Path, list[str]]], kb_path: str, out: Path, parall
 # ------------------------------------------------------------------------------------------------
 # Verdicts and the table
 # ------------------------------------------------------------------------------------------------
+
+def _static(payload: dict[str, Any]) -> bool:
+    """kernelpro saw the reference's output move by no more than the tolerance at the full size."""
+    rc, tol = payload.get("reference_change"), (payload.get("tolerance") or {}).get("atol")
+    return bool(rc) and tol is not None and all(v is not None and v <= tol for v in rc.values())
+
 
 def kb_verdict(rec: dict[str, Any] | None) -> str:
     if not rec:

@@ -211,3 +211,25 @@ def test_shrinking_reexecutes_the_file_so_computed_globals_follow(tmp_path: Path
     assert d.status == "ok", d.detail
     assert d.size["channels"] < 512   # with the old bias_shape the add would have raised: not_checked
     assert d.param_change > 0.01
+
+
+def test_evaluation_measures_how_far_the_reference_moves_at_the_checked_size(tmp_path: Path) -> None:
+    """A constant answer to a degenerate task passes every check; the record says the reference never moved."""
+    from kernelpro.harness.job import Job
+    from kernelpro.harness.worker import run_job
+    from kernelpro.results.facts import Facts
+
+    task = tmp_path / "softmax_dim1.py"
+    task.write_text(PROBLEMS["1_SoftmaxDim1.py"])
+    cand = tmp_path / "ones.py"
+    cand.write_text(HEAD + "class ModelNew(nn.Module):\n    def forward(self, x):\n"
+                           "        return torch.ones_like(x)\n")
+    r = run_job(Job(task_path=str(task), candidate_path=str(cand), task_suite="tmp", device="cpu", trials=2,
+                    baselines=("eager",), rep_ms=5, warmup_ms=1), timeout_s=120)
+    assert r["ok"], (r.get("reason"), r.get("detail"))
+    assert r["reference_change"] and all(v == 0.0 for v in r["reference_change"].values())
+    f = Facts(1, 1, "tmp/softmax_dim1", "user", None, {}, "", "",
+              correctness={"reference_change": r["reference_change"], "tolerance": r["tolerance"]})
+    assert f.degenerate and f.reference_static
+    f.correctness = {"reference_change": {"default": 0.3}, "tolerance": r["tolerance"]}
+    assert not f.degenerate

@@ -92,7 +92,7 @@ def build_report(store: Any, run_id: int, rows: dict[str, dict[str, Any]], archs
                 r["correct_with_arch"] = True
         # A degenerate problem (its reference ignores its inputs): a pass proves nothing, the speedup is not counted.
         deg = row.get("degenerate")
-        r["degenerate"] = bool(deg and deg.get("status") == "degenerate")
+        r["degenerate"] = bool(deg and deg.get("status") == "degenerate") or facts.reference_static
         if r["degenerate"] and r["correct"]:
             r["reason"] = "degenerate_problem"
         out_rows.append(r)

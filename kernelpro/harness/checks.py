@@ -462,6 +462,7 @@ class CorrectnessChecks:
         del probe_out
         all_ok = True
         prev: list[tuple] = []
+        first_ref: list[Any] | None = None   # the reference's first output: does it move with its inputs?
         for trial in range(trials):
             seed = _sysrandom.randrange(2**31)
             order = "ref_first" if trial % 2 == 0 else "cand_first"
@@ -495,6 +496,9 @@ class CorrectnessChecks:
                 if why:
                     self.fail("lower_precision", f"{ctx}: {why}")
             prev.append((fps, ref_fps))
+            self._reference_change(ref_out, first_ref, key)
+            if first_ref is None and sum(t.nbytes for t in flatten(ref_out) if isinstance(t, torch.Tensor)) <= 2 << 30:
+                first_ref = [t.detach().clone() if isinstance(t, torch.Tensor) else t for t in flatten(ref_out)]
             self.trials.append(rec)
             all_ok &= rec["ok"]
             self._check_identity(before, ctx)
@@ -505,6 +509,18 @@ class CorrectnessChecks:
         if self.task.forbid_ops:
             self._forced_path_probe(mod, ref_model, cand_model, label)
         return all_ok
+
+    def _reference_change(self, ref_out: Any, first: list[Any] | None, key: str) -> None:
+        """How far the reference's output moved between two input draws at the size checked, as
+        max |a - b| / (1 + |b|): at or below the task's tolerance, any constant output would pass (a
+        degenerate problem at this size, which a CPU probe at a reduced size can miss)."""
+        if first is None:
+            return
+        from kernelpro.suites.degenerate import change
+
+        c = change(flatten(ref_out), first)
+        prev = self.result.setdefault("reference_change", {}).get(key)
+        self.result["reference_change"][key] = c if prev is None else max(prev, c)
 
     def _size_keys(self) -> set[str]:
         keys = set()

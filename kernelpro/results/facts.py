@@ -71,7 +71,14 @@ class Facts:
     def degenerate(self) -> bool:
         """The task's reference output ignores its inputs and parameters (recorded with the candidate)."""
         d = self.info.get("degenerate") if isinstance(self.info, dict) else None
-        return bool(isinstance(d, dict) and d.get("status") == "degenerate")
+        return bool(isinstance(d, dict) and d.get("status") == "degenerate") or self.reference_static
+
+    @property
+    def reference_static(self) -> bool:
+        """The evaluation saw the reference's output move by no more than the tolerance between input draws."""
+        rc, tol = self.correctness.get("reference_change"), self.correctness.get("tolerance")
+        return bool(isinstance(rc, dict) and rc and isinstance(tol, dict) and tol.get("atol") is not None
+                    and all(v is not None and v <= tol["atol"] for v in rc.values()))
 
     @property
     def ok(self) -> bool:
@@ -256,6 +263,8 @@ def _from_result(f: Facts, r: Result) -> None:
     f.compiled = bool(r.compiled)
     f.correct = bool(r.correct)
     f.correctness = {"sizes": r.correctness} if r.correctness else {}
+    if r.reference_change:   # how far the reference moved between input draws (degenerate at this size?)
+        f.correctness.update(reference_change=r.reference_change, tolerance=r.tolerance)
     f.flags = _flags([str(x) for x in r.failed_checks])   # only anti-gaming failures are flags here
     f.speedups = {str(k): float(v) for k, v in r.speedup.items() if isinstance(v, int | float) and v > 0}
     f.protocols = protocols(r.to_dict())
