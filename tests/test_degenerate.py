@@ -226,10 +226,10 @@ def test_evaluation_measures_how_far_the_reference_moves_at_the_checked_size(tmp
                            "        return torch.ones_like(x)\n")
     r = run_job(Job(task_path=str(task), candidate_path=str(cand), task_suite="tmp", device="cpu", trials=2,
                     baselines=("eager",), rep_ms=5, warmup_ms=1), timeout_s=120)
-    assert r["ok"], (r.get("reason"), r.get("detail"))
-    assert r["reference_change"] and all(v == 0.0 for v in r["reference_change"].values())
+    assert r.ok, (r.reason, r.detail)
+    assert r.reference_change and all(v == 0.0 for v in r.reference_change.values())
     f = Facts(1, 1, "tmp/softmax_dim1", "user", None, {}, "", "",
-              correctness={"reference_change": r["reference_change"], "tolerance": r["tolerance"]})
+              correctness={"reference_change": r.reference_change, "tolerance": r.tolerance})
     assert f.degenerate and f.reference_static
-    f.correctness = {"reference_change": {"default": 0.3}, "tolerance": r["tolerance"]}
+    f.correctness = {"reference_change": {"default": 0.3}, "tolerance": r.tolerance}
     assert not f.degenerate
