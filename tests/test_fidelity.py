@@ -6,6 +6,7 @@ from kernelpro.harness.compare import render
 from kernelpro.harness.telemetry import Stat, Telemetry
 from kernelpro.results.comparison import Comparison, add_round
 from kernelpro.results.fidelity import fidelity_lines, protocols
+from kernelpro.results.record import Result
 
 
 def _tel(mhz: float, watts: float) -> dict:
@@ -16,7 +17,7 @@ def _tel(mhz: float, watts: float) -> dict:
 
 def _rec(cand_ms: float, rival_ms: float, cand_j: float, rival_j: float, rival: str = "b") -> dict:
     stats = {"candidate": {"median_ms": cand_ms}, "vendor": {"median_ms": 1.0}, f"rival:{rival}": {"median_ms": rival_ms}}
-    return {"ok": True, "correct": True,
+    return {"candidate": "a.py", "device": "cuda", "ok": True, "correct": True,
             "timing": {"protocol": "interleaved", "stats": stats, "telemetry": {"*": _tel(1455, 693)},
                        "steady": {"outcome": "settled after 2.10 s"}},
             "speedup": {"vendor": 1.0 / cand_ms},
@@ -31,8 +32,8 @@ def _rec(cand_ms: float, rival_ms: float, cand_j: float, rival_j: float, rival: 
 
 def test_compare_rounds_carry_energy_and_its_ratio():
     c = Comparison(task="t", labels=["a", "b"], paths=["a.py", "b.py"])
-    add_round(c, 0, "a", _rec(1.00, 1.01, 1.00, 0.88), "vendor")
-    add_round(c, 1, "b", _rec(1.00, 1.02, 0.90, 1.00, rival="a"), "vendor")   # b judged: b is the candidate
+    add_round(c, 0, "a", Result.from_dict(_rec(1.00, 1.01, 1.00, 0.88)), "vendor")
+    add_round(c, 1, "b", Result.from_dict(_rec(1.00, 1.02, 0.90, 1.00, rival="a")), "vendor")   # b judged: b is the candidate
     assert c.energy == [{"a": 1.00, "b": 0.88}, {"a": 1.00, "b": 0.90}]
     s = {x["label"]: x for x in c.summary()}
     assert s["b"]["energy_ratio_min"] == 1.0 / 0.90 and s["b"]["energy_ratio_max"] == 1.0 / 0.88
@@ -44,7 +45,7 @@ def test_compare_rounds_carry_energy_and_its_ratio():
     text = con.export_text()
     assert "J ratio b" in text and "1455 MHz 693 W 63C pwrcap" in text
     # a failed round contributes no energy
-    add_round(c, 2, "a", {"ok": False, "reason": "crash"}, "vendor")
+    add_round(c, 2, "a", Result(candidate="a.py", device="cuda", ok=False, reason="crash"), "vendor")
     assert c.energy[-1] == {"a": None, "b": None}
 
 
