@@ -89,3 +89,20 @@ def test_without_gpu_the_compile_column_is_the_static_compile(tmp_path, capsys):
     rows = {r["task"].split("/")[-1]: r for r in json.loads(capsys.readouterr().out)["rows"]}
     assert rows["vector_add"]["compiled"] is True
     assert rows["vector_add_big"]["compiled"] is False
+
+
+def test_tolerance_lines_name_their_tasks_and_fit_80_columns():
+    """A mixed suite printed six bare `tolerance:` lines; each must say which tasks it covers."""
+    from kernelpro.bench.pipeline import tolerance_lines
+    from kernelpro.bench.table import summary_lines
+    from kernelpro.suites.suite import get_suite
+
+    tasks = get_suite("ptxbench").tasks()
+    entries = tolerance_lines(tasks, None)
+    assert len(entries) > 1
+    named = [n.strip(", ") for e in entries for n in e.split(" for ", 1)[1].split(", ")]
+    assert sorted(named) == sorted(t.name for t in tasks)      # every task under exactly one rule
+    lines = "\n".join(summary_lines({"tolerance": entries})).splitlines()
+    assert all(len(ln) <= 80 for ln in lines)
+    single = tolerance_lines(tasks[:1], None)
+    assert len(single) == 1 and " for " not in single[0]       # one rule for all: nothing to name

@@ -431,7 +431,7 @@ def main(args: argparse.Namespace) -> int:
     if device == "none" and not args.build_only:
         skipped_line = no_gpu_line(no_gpu_reason(), archs, report["rows"])
     report.update(run_id=run_id, suite=suite, device=label, notes=notes, skipped=skipped_line,
-                  tolerance=sorted({_tolerance_text(t, kb_tol) for t in tasks}),
+                  tolerance=tolerance_lines(tasks, kb_tol),
                   degenerate=sorted(k for k, d in degenerate.items() if d["status"] == "degenerate"),
                   not_checked=sorted(k for k, d in degenerate.items() if d["status"] == "not_checked"))
     if args.json:
@@ -441,7 +441,19 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tolerance_text(task: Any, profile: str) -> str:
+def tolerance_lines(tasks: list[Any], profile: str | None) -> list[str]:
+    """One entry per distinct tolerance; where tasks differ, each names the tasks judged by it, so a reader
+    of a mixed-dtype table can tell which rule each row was held to."""
+    groups: dict[str, list[str]] = {}
+    for t in tasks:
+        groups.setdefault(_tolerance_text(t, profile), []).append(t.name)
+    if len(groups) == 1:
+        return list(groups)
+    return [f"{text} for {', '.join(sorted(names))}"
+            for text, names in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+
+
+def _tolerance_text(task: Any, profile: str | None) -> str:
     from kernelpro.suites.kernelbench import tolerance_text
 
     return tolerance_text(task, profile)

@@ -109,9 +109,13 @@ def build_report(store: Any, run_id: int, rows: dict[str, dict[str, Any]], archs
 def summary_lines(report: dict[str, Any]) -> list[str]:
     """The lines under the table that say how it was judged: the tolerance, the degenerate problems, and
     fast_p / geomean with the degenerate problems' candidates counted (the summary line leaves them out)."""
+    import textwrap
+
     from kernelpro.results.metrics import fmt_rate
 
-    out = [f"tolerance: {t}" for t in report.get("tolerance") or []]
+    # Wrapped, not cut: a tolerance line names the tasks it covers, and every name matters.
+    out = [textwrap.fill(f"tolerance: {t}", 80, subsequent_indent="  ", break_on_hyphens=False,
+                         break_long_words=False) for t in report.get("tolerance") or []]
     deg, unk = report.get("degenerate") or [], report.get("not_checked") or []
     if deg or unk:
         out.append(f"degenerate problems ({len(deg)}, left out of fast_p and geomean): "
