@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -146,3 +148,40 @@ def test_profiled_candidate_loads_the_workers_build(tmp_path, monkeypatch):
     t = candidate_target(cand, tmp_path / "task.py", {"N": 1})
     assert t.env["TORCH_EXTENSIONS_DIR"] == str(extension_dir(source_hash(cand.read_text())))
     assert t.env["TORCH_EXTENSIONS_DIR"].startswith(str(tmp_path / "cache"))
+
+
+def test_ncu_pass_cannot_poison_the_shared_build(tmp_path, monkeypatch):
+    """The ncu pass ran the candidate with the shared build folder writable, so a candidate profiled once
+    could rewrite the build every later worker, compare and re-run loads. It must see a private copy at the
+    shared path. A stand-in for ncu (a script that runs what the real one would: code inside the sandbox)
+    reads the build and tries to overwrite it."""
+    from kernelpro import isolation
+    from kernelpro.harness.worker import extension_dir
+    from kernelpro.profile.collect import run_ncu
+
+    if not isolation.can_bind():
+        pytest.skip("the isolation mode here cannot bind folders (install bubblewrap)")
+    monkeypatch.setenv("KERNELPRO_CACHE", str(tmp_path / "cache"))
+    shared = extension_dir("abc123")
+    shared.mkdir(parents=True, exist_ok=True)
+    (shared / "ext.so").write_text("built")
+    fake = tmp_path / "ncu"
+    fake.write_text(f"""#!{sys.executable}
+import os, sys
+if "--import" in sys.argv:
+    sys.exit(0)
+export = sys.argv[sys.argv.index("--export") + 1]
+ext = os.environ["TORCH_EXTENSIONS_DIR"]
+seen = open(os.path.join(ext, "ext.so")).read()
+open(os.path.join(ext, "ext.so"), "w").write("poisoned")
+open(export, "w").write(seen)
+""")
+    fake.chmod(0o755)
+    target = Target(argv=["true"], env={"TORCH_EXTENSIONS_DIR": str(shared)}, build_hash="abc123")
+    export = tmp_path / "out" / "p.ncu-rep"
+    export.parent.mkdir()
+    with pytest.raises(KernelProError, match="read back its report"):
+        run_ncu(target, export, metrics=[], sections=["x"], timeout=60, ncu=fake)
+    assert export.read_text() == "built"                 # the profiled process loaded the shared build
+    assert (shared / "ext.so").read_text() == "built"    # and could not change it
+    assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("kp-ncu-view-*/ext/ext.so"))

@@ -19,6 +19,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -307,6 +308,9 @@ class Target:
     env: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None
     writable: list[str] = field(default_factory=list)   # folders the profiled process may write
+    # A candidate's shared build, loaded through a private copy bound at its path (as the worker does), so
+    # the candidate cannot poison the build the worker, compare and re-runs load.
+    build_hash: str | None = None
 
 
 def ncu_command(ncu: Path, target: Target, export: Path, metrics: list[str], sections: list[str]) -> list[str]:
@@ -339,13 +343,22 @@ def run_ncu(target: Target, export: Path, metrics: list[str] | tuple[str, ...] =
     from kernelpro.toolchain import require_tool
 
     ncu = ncu or require_tool("ncu")
-    metrics, sections = list(metrics), list(sections)
+    writable, binds = _build_access(target, export.parent)
+    try:
+        return _run_ncu(ncu, target, export, list(metrics), list(sections), timeout, writable, binds)
+    finally:
+        for src, _dst in binds:         # the private copy of the build: this pass's alone
+            shutil.rmtree(src.parent, ignore_errors=True)
+
+
+def _run_ncu(ncu: Path, target: Target, export: Path, metrics: list[str], sections: list[str], timeout: float,
+             writable: list[Path], binds: list[tuple[Path, Path]]) -> tuple[list[KernelProfile], dict[str, Any]]:
     dropped: list[str] = []
     log = ""
     for _ in range(8):
         cmd = ncu_command(ncu, target, export, metrics, sections)
         r = sandbox.run(cmd, timeout_s=timeout, env={**os.environ, **target.env}, cwd=target.cwd,
-                        writable=[export.parent, *target.writable], counters=True)
+                        writable=writable, binds=binds, counters=True)
         if r.timed_out:
             raise KernelProError(f"ncu did not finish within {timeout:.0f} s; the candidate may hang "
                                  "(raise --timeout, or lower --calls)")
@@ -364,7 +377,7 @@ def run_ncu(target: Target, export: Path, metrics: list[str] | tuple[str, ...] =
         dropped.append("ALL explicit metrics")
         cmd = ncu_command(ncu, target, export, [], sections)
         r = sandbox.run(cmd, timeout_s=timeout, env={**os.environ, **target.env}, cwd=target.cwd,
-                        writable=[export.parent, *target.writable], counters=True)
+                        writable=writable, binds=binds, counters=True)
         log = r.stdout[-4000:] + r.stderr[-4000:]
     if not export.is_file():
         tail = " | ".join(ln for ln in log.splitlines() if "ERROR" in ln or "error" in ln)[-400:]
@@ -375,6 +388,27 @@ def run_ncu(target: Target, export: Path, metrics: list[str] | tuple[str, ...] =
         raise KernelProError("ncu profiled no kernel launch: the candidate launched no CUDA kernel inside "
                              "the profiled calls (does ModelNew run on the GPU?)")
     return profiles, {"cmd": cmd, "dropped": dropped, "reader": reader, "csv": csv_text, "log": log[-2000:]}
+
+
+def _build_access(target: Target, scratch: Path) -> tuple[list[Path], list[tuple[Path, Path]]]:
+    """(writable folders, binds) for a profiled target: its build is seen through a private copy where the
+    isolation layer can bind one; without binds nothing outside the process is write-protected anyway, and
+    it writes the shared folder as it always could."""
+    from kernelpro import isolation
+
+    writable = [scratch, *map(Path, target.writable)]
+    if not target.build_hash:
+        return writable, []
+    from kernelpro.harness.build import private_view
+    from kernelpro.harness.worker import extension_dir
+
+    shared = extension_dir(target.build_hash)
+    if not (isolation.can_bind() and shared.is_dir()):
+        shared.mkdir(parents=True, exist_ok=True)
+        return [*writable, shared], []
+    view = Path(tempfile.mkdtemp(prefix="kp-ncu-view-"))
+    shared, mine, _ = private_view(target.build_hash, view)
+    return [*writable, mine], [(mine, shared)]
 
 
 # -- targets ---------------------------------------------------------------------------------------
@@ -390,12 +424,13 @@ def candidate_target(candidate: Path, task_path: Path, size: dict[str, Any], cal
         from kernelpro.results.store import source_hash
 
         # The harness worker's compile cache for this exact source: no rebuild under the profiler.
-        ext = extension_dir(source_hash(Path(candidate).read_text()))
+        digest = source_hash(Path(candidate).read_text())
+        ext = extension_dir(digest)
     except OSError:
         return Target(argv=argv, from_start=False, launch_count=max_kernels, env=env)
     env["TORCH_EXTENSIONS_DIR"] = str(ext)
     env["TRITON_CACHE_DIR"] = str(ext / "triton")
-    return Target(argv=argv, from_start=False, launch_count=max_kernels, env=env, writable=[str(ext)])
+    return Target(argv=argv, from_start=False, launch_count=max_kernels, env=env, build_hash=digest)
 
 
 def build_cu(source: Path, out_dir: Path, arch: str = "sm_90a") -> tuple[Path, str]:
