@@ -86,6 +86,29 @@ def test_a_decoy_launch_does_not_carry_the_feature():
     assert executed_ok([prod, mma, decoy], ("wgmma",))
 
 
+
+def test_a_dominant_kernel_the_worker_never_launched_fails_the_executed_leg():
+    """A candidate that tells the ncu pass from the worker can launch a large wgmma decoy only under ncu:
+    dominant there, absent from the kernels the worker's timed calls launched."""
+    from kernelpro.profile.executed import kernel_base, unseen_dominant
+
+    real = KernelProfile("void naive_gemm<128, 64>(float const*, float*)", 1, duration_ns=400_000.0,
+                         instances={"sass__inst_executed_per_opcode": {"FFMA": 1e9}})
+    decoy = KernelProfile("wgmma_decoy", 2, duration_ns=600_000.0,
+                          instances={"sass__inst_executed_per_opcode": {"HGMMA": 1e8}})
+    worker = ["void naive_gemm<128,64>(float const*, float*)", "at::native::fill_kernel"]
+    assert executed_ok([real, decoy], ("wgmma",))                      # by opcodes alone it would pass
+    ev = evidence_payload([real, decoy], ("wgmma",), "sm_90a", worker_kernels=worker)
+    assert ev["executed_ok"] is False and ev["unseen_by_worker"] == ["wgmma_decoy"]
+    # the same kernels seen by the worker: the leg passes, spelled either way
+    honest = evidence_payload([real, decoy], ("wgmma",), "sm_90a", worker_kernels=[*worker, "ns::wgmma_decoy()"])
+    assert honest["executed_ok"] is True and honest["unseen_by_worker"] == []
+    # no list, or one that may have been cut: nothing judged on partial evidence
+    assert unseen_dominant([real, decoy], None) is None
+    assert unseen_dominant([real, decoy], [f"k{i}" for i in range(20)]) is None
+    assert kernel_base("void cutlass::Kernel<cutlass::gemm::Sm90<(int)3>>(Params)") == "Kernel"
+    assert kernel_base("_Z10gemm_tilesPfS_") == "gemm_tiles"
+
 def test_executed_evidence_is_false_without_opcode_data():
     p = KernelProfile("k", metrics={"gpu__time_duration.sum": (1.0, "nsecond")})
     assert not executed_ok([p], ("wgmma",))

@@ -264,21 +264,23 @@ class HarnessEvaluator:
             if note:
                 out.verify_errors = note
         if out.ok and self.arch_evidence:
-            out.correct_with_arch, ev = self._executed(task, path, out.missing_features)
+            out.correct_with_arch, ev = self._executed(task, path, out.missing_features, rec)
             out.record["executed_evidence"] = ev
         if out.ok and self.feedback != "none":
             out.diagnoses = self._advice(task, path)
         return out
 
-    def _executed(self, task: Task, path: Path, missing: list[str]) -> tuple[bool | None, dict[str, Any]]:
+    def _executed(self, task: Task, path: Path, missing: list[str],
+                  rec: Result | None = None) -> tuple[bool | None, dict[str, Any]]:
         """PTXBench's correct_with_arch for a correct candidate: the requested features are emitted in
         SASS (static) AND executed (ncu per-opcode counts > 0). None when ncu cannot run."""
         if missing:
             return False, {"static_missing": missing}
         try:
-            from kernelpro.profile.executed import candidate_evidence
+            from kernelpro.profile.executed import candidate_evidence, worker_kernels
 
-            ev = candidate_evidence(path, task, self.arch, timeout=self.timeout_s)
+            ev = candidate_evidence(path, task, self.arch, timeout=self.timeout_s,
+                                    worker_kernels=worker_kernels(rec) if rec is not None else None)
             return bool(ev["executed_ok"]), ev
         except Exception as e:  # noqa: BLE001 - no ncu / ncu refused: unknown, never a pass
             return None, {"error": f"{type(e).__name__}: {str(e)[:200]}"}

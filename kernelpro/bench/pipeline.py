@@ -503,14 +503,17 @@ def _executed_leg(store: Any, rows: dict[str, dict[str, Any]], arch: str, args: 
             raise KernelProError(msg)
         notes.append(msg)
         return
-    from kernelpro.profile.executed import candidate_evidence
+    from kernelpro.profile.executed import candidate_evidence, worker_kernels
 
     bar = progress.add_task("ncu executed", total=len(todo))
     for _key, row in todo:
         task, cid = row["task"], row["cid"]
         progress.update(bar, description=f"ncu executed {task.name}")
         try:
-            payload = {"kind": "executed", **candidate_evidence(row["cand"].path, task, arch, timeout=args.timeout)}
+            ev = store.latest("evaluations", cid)
+            seen = worker_kernels(ev["payload"]) if ev else None
+            payload = {"kind": "executed", **candidate_evidence(row["cand"].path, task, arch, timeout=args.timeout,
+                                                                worker_kernels=seen)}
         except Exception as e:  # noqa: BLE001 - ncu refused or the candidate died under it: unjudged, never a pass
             payload = {"kind": "executed", "executed_ok": None, "error": f"{type(e).__name__}: {str(e)[:300]}"}
             notes.append(f"{task.name}: ncu executed-instruction pass failed: {payload['error'][:160]}")

@@ -18,6 +18,7 @@ from kernelpro.harness import timing as _timing
 from kernelpro.harness.checks import _BORING_OPS, CANDIDATE_RANGE
 from kernelpro.harness.guards import CandidateFailure, _Audit, _children_pids, classify_exception
 from kernelpro.harness.tensors import clone_tree, error_stats, flatten, poison_allocator
+from kernelpro.results.record import KERNEL_NAMES_KEPT
 from kernelpro.suites.task import import_module_from
 
 _sysrandom = random.SystemRandom()
@@ -289,7 +290,7 @@ class TimingStage:
                 names = {n for c in calls for n in c["names"]}
                 new = sorted(names - allowed)
                 odd = [i for i, c in enumerate(calls) if len(c["names"]) not in counts]
-                seen.update(kernel_names=sorted(names)[:20], checked_counts=sorted(counts),
+                seen.update(kernel_names=sorted(names)[:KERNEL_NAMES_KEPT], checked_counts=sorted(counts),
                             odd_count_calls=len(odd))
                 if new:
                     self.fail("timed_differs", f"timed calls launched {len(new)} kernel(s) no checked call "

@@ -9,10 +9,16 @@ cover DOMINANT_SHARE (80%) of the candidate's profiled GPU time; every requested
 at least one of them. 80% and not "the single largest": a real pipeline may split the work over two or
 three kernels (a TMA producer and an MMA consumer, a GEMM and its epilogue), and each of those is inside
 80%; a decoy launch, tiny by construction so that it costs nothing, never is.
+
+The ncu pass is a separate process, and a candidate that tells it apart from the evaluation worker could
+launch a large decoy only there. So where the worker's record lists the kernels its timed calls launched,
+every dominant kernel of the ncu pass must be one of them (compared by function name, template arguments
+and parameters dropped, since the two profilers spell names differently); one that is not fails the leg.
 """
 
 from __future__ import annotations
 
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,11 +142,45 @@ def executed_opcodes(target: Target, export: Path | None = None, timeout: float 
     return profiles, by_kernel
 
 
-def evidence_payload(profiles: list[KernelProfile], features: list[str] | tuple[str, ...], arch: str) -> dict[str, Any]:
-    """What the run store keeps as proof: per-feature counts plus the raw per-kernel opcode table."""
+def kernel_base(name: str) -> str:
+    """A kernel's function name without return type, namespace, template arguments or parameters, so
+    ncu's and the torch profiler's spellings of one kernel compare equal; mangled names are demangled."""
+    from kernelpro.toolchain import demangle
+
+    n = name.strip()
+    if n.startswith("_Z"):
+        n = demangle([n]).get(n, n)
+    n = re.sub(r"^(void|__global__)\s+", "", n)
+    depth, cut = 0, len(n)
+    for i, ch in enumerate(n):          # the first '<' or '(' at nesting depth zero ends the name
+        if ch in "<(" and depth == 0:
+            cut = i
+            break
+    n = n[:cut].strip()
+    return n.rsplit("::", 1)[-1].split()[-1] if n else name
+
+
+def unseen_dominant(profiles: list[KernelProfile], worker_kernels: list[str] | None) -> list[str] | None:
+    """Dominant ncu kernels the worker's timed calls never launched; None when the worker's list is absent
+    or may have been cut (the record keeps KERNEL_NAMES_KEPT names), so nothing is judged on partial evidence."""
+    from kernelpro.results.record import KERNEL_NAMES_KEPT
+
+    if not worker_kernels or len(worker_kernels) >= KERNEL_NAMES_KEPT:
+        return None
+    seen = {kernel_base(k) for k in worker_kernels}
+    return sorted({p.name for p in dominant(profiles) if kernel_base(p.name) not in seen})
+
+
+def evidence_payload(profiles: list[KernelProfile], features: list[str] | tuple[str, ...], arch: str,
+                     worker_kernels: list[str] | None = None) -> dict[str, Any]:
+    """What the run store keeps as proof: per-feature counts plus the raw per-kernel opcode table; with
+    the worker's kernel names, the dominant kernels it never launched (any fails the leg)."""
     ev = feature_evidence(profiles, features, arch) if features else {}
     work = dominant(profiles)
-    return {"arch": arch, "executed_ok": executed_ok(profiles, features, arch),
+    unseen = unseen_dominant(profiles, worker_kernels)
+    ok = executed_ok(profiles, features, arch) and not unseen
+    return {"arch": arch, "executed_ok": ok,
+            "unseen_by_worker": unseen,
             "dominant_share": DOMINANT_SHARE, "dominant": [f"{p.launch}:{p.name}" for p in work],
             "features": {f: {"families": list(e.families), "executed": e.executed, "kernels": e.kernels,
                              "in_dominant": sorted({p.name for p in work
@@ -149,10 +189,19 @@ def evidence_payload(profiles: list[KernelProfile], features: list[str] | tuple[
             "opcodes": {f"{p.launch}:{p.name}": opcode_counts(p) for p in profiles}}
 
 
-def candidate_evidence(candidate: Path, task: Any, arch: str, timeout: float = 600) -> dict[str, Any]:
+def candidate_evidence(candidate: Path, task: Any, arch: str, timeout: float = 600,
+                       worker_kernels: list[str] | None = None) -> dict[str, Any]:
     """The executed leg for a Python candidate of `task`: one ncu pass over one call of ModelNew at the
     first shown size (execution, not speed, is the question), as `evidence_payload` plus the size.
     Raises when ncu cannot run or the candidate dies under it; callers treat that as unjudged."""
     sizes = task.sizes("shown") or task.sizes("default")
     profiles, _ = executed_opcodes(candidate_target(Path(candidate), task.path, sizes[0], calls=1), timeout=timeout)
-    return {"size": sizes[0], **evidence_payload(profiles, list(task.requested_features(arch)), arch)}
+    return {"size": sizes[0], **evidence_payload(profiles, list(task.requested_features(arch)), arch,
+                                                 worker_kernels)}
+
+
+def worker_kernels(result: Any) -> list[str] | None:
+    """The kernel names the worker's timed calls launched, from its Result record (or its dict)."""
+    timing = getattr(result, "timing", None) if not isinstance(result, dict) else result.get("timing")
+    names = ((timing or {}).get("observed") or {}).get("kernel_names")
+    return list(names) if names else None

@@ -19,6 +19,9 @@ from typing import Any
 from kernelpro.errors import KernelProError
 
 RESULT_SCHEMA = 2
+# timing["observed"]["kernel_names"] keeps at most this many names; a list this long may be cut, and a
+# consumer comparing kernels across processes must not judge on it.
+KERNEL_NAMES_KEPT = 20
 READABLE_SCHEMAS = (1, 2)
 
 
