@@ -153,7 +153,7 @@ def test_cli_protocol_end_to_end(task, tmp_path, capsys):
 
 
 def test_bench_protocol_mode_is_the_same_protocol(task, tmp_path, capsys):
-    """Issue 11 asks for the protocol as a mode of `kernelpro bench`: same run, same table."""
+    """The protocol is a mode of `kernelpro bench`: same run, same table."""
     no_cuda = cand("plain torch")
     with LoopbackLLM([("reply", f"```python\n{no_cuda}```")]) as srv:
         rc = main(["bench", str(task.path), "--protocol", "ptxbench", "--db", str(tmp_path / "r.db"),

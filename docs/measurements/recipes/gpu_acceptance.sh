@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One batched H200 call for the acceptance runs of issues 4/12 (harness), 5/11 (references, with
+# One batched H200 call for the acceptance runs of the harness and of the references (with
 # PTXBench's correct_with_arch) and the GPU tests. PHASES picks what runs, in this order:
 #   timing   harness timing checks + measured ceilings, alone on the GPU          (~40 s)
 #   corpus   adversarial + honest corpus, 10 workers, beside the reference prebuild (~190 s)

@@ -1,4 +1,4 @@
-"""GPU acceptance run for the evaluation harness (issues 4 and 12), on one GPU.
+"""GPU acceptance run for the evaluation harness, on one GPU.
 
     export PYTHONPATH=$PWD; python3 docs/measurements/recipes/gpu_harness.py [--lanes 8] [--skip-corpus] [--skip-timing] [--only triton]
 

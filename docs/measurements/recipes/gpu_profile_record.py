@@ -1,4 +1,4 @@
-"""Record the planted-bottleneck corpus on the GPU (issue 6) and check every tool against its plant.
+"""Record the planted-bottleneck corpus on the GPU and check every tool against its plant.
 
 Run on the GPU machine from the repo root:  bash docs/measurements/recipes/gpu_profile_record.sh
 Writes under $OUT (default ./ncu_out): ncu_recordings.tar.gz with one JSON (KernelProfile records, ptxas

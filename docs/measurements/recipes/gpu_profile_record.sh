@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 6: record the profiler corpus with ncu on the GPU and check each tool against its plant.
+# Record the profiler corpus with ncu on the GPU and check each tool against its plant.
 # Usage (GPU machine, repo root): bash docs/measurements/recipes/gpu_profile_record.sh   -> $OUT/ncu_recordings.tar.gz
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
