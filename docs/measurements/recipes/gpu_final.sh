@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The lead's batched H200 call. Phase 1 runs the profiler-corpus recording beside the (CPU-bound)
+# One batched H200 call. Phase 1 runs the profiler-corpus recording beside the (CPU-bound)
 # prebuild of the reference extensions; phase 2 runs the README's main job alone on the GPU, so
 # nothing else touches the card while it times. BUDGET_S bounds the whole script.
 set -uo pipefail
