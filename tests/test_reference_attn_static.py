@@ -53,6 +53,20 @@ def test_attn_reference_sass_has_requested_features(tmp_path, causal, with_lse):
     assert ("STG" in opcodes) == bool(with_lse)
 
 
+@pytest.mark.parametrize("causal", [0, 1])
+def test_head_dim_64_build_uses_n64_for_pv_and_one_box_per_copy(tmp_path, causal):
+    """Head dim 64 (the d64 tasks): S = Q K^T keeps n128 over the key tile with 4 k-steps, O += P V is
+    m64n64k16 (a 64-wide O), and each Q/K/V load and the O store is one 64-column box, not two."""
+    ptxas_log, sass = _compile(tmp_path, {"ATTN_CAUSAL": causal, "ATTN_HEAD_DIM": 64})
+    hgmma = [ln for ln in sass.splitlines() if "HGMMA." in ln]
+    smem_a = [ln for ln in hgmma if re.search(r"HGMMA\.64x128x16\.F32\.BF16 R\d+, gdesc\[", ln)]
+    reg_a = [ln for ln in hgmma if re.search(r"HGMMA\.64x64x16\.F32\.BF16 R\d+, R\d+, gdesc\[\w+\]\.tnspB", ln)]
+    assert len(smem_a) == 8 and len(reg_a) == 16, (len(smem_a), len(reg_a))   # 2 copies of 4 and of 8 k-steps
+    assert not [ln for ln in hgmma if "64x128x16" in ln and ".tnspB" in ln]
+    assert len(re.findall(r"\bUTMALDG\b", sass)) == 3 and len(re.findall(r"\bUTMASTG\b", sass)) == 1
+    assert "C7512" not in ptxas_log and re.search(r"0 bytes spill stores, 0 bytes spill loads", ptxas_log)
+
+
 def test_attn_reference_rejects_bad_config(tmp_path):
     nvcc = find_tool("nvcc")
     if nvcc is None:

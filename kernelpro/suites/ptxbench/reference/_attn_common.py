@@ -1,7 +1,7 @@
 """Shared loader for the Hopper attention-forward references (``hopper_attn_fwd.cu``).
 
 One CUDA source, specialised by nvcc ``-D`` macros: ``ATTN_CAUSAL``, ``ATTN_WITH_LSE``,
-``ATTN_CONSUMERS`` (consumer warpgroups; BLOCK_M = 64 * CONSUMERS), ``ATTN_BLOCK_N`` (key tile, 128),
+``ATTN_HEAD_DIM`` (64 or 128), ``ATTN_CONSUMERS`` (consumer warpgroups; BLOCK_M = 64 * CONSUMERS), ``ATTN_BLOCK_N`` (key tile, 128),
 ``ATTN_STAGES`` (K/V ring depth), ``ATTN_OVERLAP`` (S/PV overlap inside a warpgroup) and
 ``ATTN_WATCHDOG`` (trap after that many failed barrier polls; 0 = off, the default, because the trap
 path costs the consumers their setmaxnreg register budget). Each combination is built once per
@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 CU_PATH = Path(__file__).with_name("hopper_attn_fwd.cu")
-HEAD_DIM = 128
-DEFAULTS = {"ATTN_CONSUMERS": 2, "ATTN_BLOCK_N": 128, "ATTN_STAGES": 2, "ATTN_OVERLAP": 1, "ATTN_WATCHDOG": 0}
+HEAD_DIMS = (64, 128)
+DEFAULTS = {"ATTN_HEAD_DIM": 128, "ATTN_CONSUMERS": 2, "ATTN_BLOCK_N": 128, "ATTN_STAGES": 2, "ATTN_OVERLAP": 1, "ATTN_WATCHDOG": 0}
 NVCC_FLAGS = ["-gencode=arch=compute_90a,code=sm_90a", "-O3", "-std=c++17"]
 
 # The torch-facing wrapper; the .cu itself has no PyTorch headers so it also builds with plain nvcc.
@@ -32,16 +32,17 @@ CPP_SRC = r"""
 #include <cuda_runtime_api.h>
 
 const char* kp_attn_fwd_launch(const void* q, const void* k, const void* v, void* o, float* lse, int bh,
-                               int seq, float softmax_scale, cudaStream_t stream);
+                               int seq, int head_dim, float softmax_scale, cudaStream_t stream);
 
 void attn_fwd_into(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor out, torch::Tensor lse,
                    double softmax_scale) {
   for (const auto* t : {&q, &k, &v, &out}) {
     TORCH_CHECK(t->is_cuda() && t->scalar_type() == torch::kBFloat16 && t->is_contiguous() && t->dim() == 4,
-                "attention reference: q, k, v, out must be contiguous 4-D bf16 CUDA tensors (B, H, S, 128)");
+                "attention reference: q, k, v, out must be contiguous 4-D bf16 CUDA tensors (B, H, S, D)");
     TORCH_CHECK(t->sizes() == q.sizes(), "attention reference: q, k, v, out must have the same shape");
   }
-  TORCH_CHECK(q.size(3) == 128, "attention reference: head dim must be 128, got ", q.size(3));
+  TORCH_CHECK(q.size(3) == 64 || q.size(3) == 128, "attention reference: head dim must be 64 or 128, got ",
+              q.size(3));
   const int64_t bh = q.size(0) * q.size(1), seq = q.size(2);
   TORCH_CHECK(bh <= 65535 && seq <= (1LL << 30), "attention reference: B*H must be <= 65535");
   float* lse_ptr = nullptr;
@@ -53,7 +54,7 @@ void attn_fwd_into(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Ten
   }
   const c10::cuda::CUDAGuard guard(q.device());
   const char* err = kp_attn_fwd_launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse_ptr,
-                                       static_cast<int>(bh), static_cast<int>(seq),
+                                       static_cast<int>(bh), static_cast<int>(seq), static_cast<int>(q.size(3)),
                                        static_cast<float>(softmax_scale),
                                        c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
   TORCH_CHECK(err == nullptr, "attention reference kernel: ", err ? err : "");
@@ -103,7 +104,11 @@ def build(causal: bool, with_lse: bool, **overrides: int):
 
 def attn_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, with_lse: bool,
                  **overrides: int):
-    """SDPA forward with scale 1/sqrt(128): ``out`` or ``(out, lse)`` (lse fp32, natural log)."""
+    """SDPA forward with scale 1/sqrt(D): ``out`` or ``(out, lse)`` (lse fp32, natural log); the build is
+    the one for q's head dim unless ``ATTN_HEAD_DIM`` is given."""
+    overrides.setdefault("ATTN_HEAD_DIM", q.shape[-1])
+    if overrides["ATTN_HEAD_DIM"] not in HEAD_DIMS:
+        raise ValueError(f"attention reference: head dim must be one of {HEAD_DIMS}, got {q.shape[-1]}")
     ext = build(causal, with_lse, **overrides)
     q, k, v = (t.contiguous() for t in (q, k, v))
     out = torch.empty_like(q)

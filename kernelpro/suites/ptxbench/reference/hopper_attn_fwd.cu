@@ -1,4 +1,4 @@
-// Hopper (sm_90a) attention forward, bf16 in/out, fp32 accumulation, head dim 128.
+// Hopper (sm_90a) attention forward, bf16 in/out, fp32 accumulation, head dim 64 or 128 (ATTN_HEAD_DIM).
 //
 // Expert reference for the ptxbench attention-forward tasks. One CTA owns BLOCK_M = 64 * ATTN_CONSUMERS
 // query rows of one (batch, head) and walks the key/value sequence in BLOCK_N-row tiles:
@@ -18,7 +18,9 @@
 // diagonal or the end of the sequence are masked element-wise. Sequence lengths that are not a multiple
 // of a tile are handled by TMA zero fill on loads, masking, and clipping on the store.
 //
-// Layout contract: q, k, v, o are (B*H, S, 128) bf16 contiguous; lse is (B*H, S) fp32.
+// Layout contract: q, k, v, o are (B*H, S, HEAD_DIM) bf16 contiguous; lse is (B*H, S) fp32.
+// Head dim 64 is one 64-column half: S = Q K^T takes 4 k-steps, O is a 64x64 accumulator (32 registers)
+// fed by m64n64k16 wgmmas, and every load and store has one box instead of two.
 // The host launcher below takes raw pointers so that this file compiles without PyTorch headers.
 
 #include <cuda.h>
@@ -47,30 +49,37 @@
 #endif
 // A lost TMA completion or a barrier-phase bug would otherwise hang the GPU forever; with the watchdog a
 // wait that spins this many times traps, so the launch fails with an error instead.
+#ifndef ATTN_HEAD_DIM
+#define ATTN_HEAD_DIM 128
+#endif
 #ifndef ATTN_WATCHDOG
 #define ATTN_WATCHDOG 0
 #endif
 
 namespace kp_attn {
 
-constexpr int HEAD_DIM = 128;
+constexpr int HEAD_DIM = ATTN_HEAD_DIM;
 constexpr int CONSUMERS = ATTN_CONSUMERS;
 constexpr int BLOCK_M = 64 * CONSUMERS;
 constexpr int BLOCK_N = ATTN_BLOCK_N;
 constexpr int STAGES = ATTN_STAGES;
 constexpr int THREADS = 128 * (CONSUMERS + 1);
-// A 128B-swizzled TMA box is at most 64 bf16 wide, so a 128-wide head is two "column halves".
+// A 128B-swizzled TMA box is at most 64 bf16 wide, so a 128-wide head is two "column halves", a 64-wide
+// head one.
 constexpr int HALF_COLS = 64;
+constexpr int HALVES = HEAD_DIM / HALF_COLS;
+constexpr int O_REGS = HEAD_DIM / 2;   // fp32 accumulator registers per thread of the 64 x HEAD_DIM O tile
 constexpr int Q_HALF_BYTES = BLOCK_M * 128;
 constexpr int KV_HALF_BYTES = BLOCK_N * 128;
-constexpr int Q_BYTES = 2 * Q_HALF_BYTES;
-constexpr int KV_TILE_BYTES = 2 * KV_HALF_BYTES;
+constexpr int Q_BYTES = HALVES * Q_HALF_BYTES;
+constexpr int KV_TILE_BYTES = HALVES * KV_HALF_BYTES;
 constexpr int SMEM_DATA = Q_BYTES + 2 * STAGES * KV_TILE_BYTES;
 constexpr int SMEM_BARRIERS = 8 * (1 + 3 * STAGES);
 constexpr int SMEM_TOTAL = 1024 /* alignment slack */ + SMEM_DATA + SMEM_BARRIERS;
 constexpr int PRODUCER_REGS = 24;
 constexpr int CONSUMER_REGS = CONSUMERS == 2 ? 240 : 160;
 
+static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "head dim 64 or 128");
 static_assert(BLOCK_N == 128, "the S = Q K^T wgmma is written for n128 (BLOCK_N = 128)");
 static_assert(CONSUMERS == 2 || CONSUMERS == 3, "BLOCK_M = 128 or 192");
 static_assert(STAGES >= 2 && STAGES <= 3, "2 or 3 K/V stages fit in shared memory");
@@ -161,6 +170,16 @@ __device__ __forceinline__ void wgmma_wait() {
   "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "   \
   "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
+#define KP_ACC32(d)                                                                                          \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
+      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),  \
+      "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), \
+      "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+
+#define KP_ACC32_LIST                                                                                         \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
+  "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
+
 // d[64x128] (+)= A[64x16] * B[16x128]; A and B from shared memory, both K-major.
 __device__ __forceinline__ void wgmma_ss_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
                                                     int accumulate) {
@@ -182,11 +201,26 @@ __device__ __forceinline__ void wgmma_rs_m64n128k16_tb(float (&d)[64], const uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
 }
 
+// d[64x64] += A[64x16] * B[16x64]; A from registers, B from shared memory MN-major (transposed): the
+// P V product of a 64-wide head.
+__device__ __forceinline__ void wgmma_rs_m64n64k16_tb(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " KP_ACC32_LIST
+      ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}"
+      : KP_ACC32(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
+}
+
 // Register "fences": an empty volatile asm that reads and rewrites each register, so the compiler cannot
 // move ordinary uses of wgmma accumulators across wgmma issue / wait (which only order memory).
 __device__ __forceinline__ void fence_regs(float (&d)[64]) {
 #pragma unroll
   for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+__device__ __forceinline__ void fence_regs(float (&d)[32]) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 __device__ __forceinline__ void fence_regs(uint32_t (&d)[32]) {
 #pragma unroll
@@ -227,17 +261,21 @@ __device__ __forceinline__ void s_gemm(float (&s)[64], uint32_t q_base, uint32_t
   wgmma_commit();
 }
 
-__device__ __forceinline__ void pv_gemm(float (&o)[64], uint32_t (&p)[32], uint32_t v_base) {
+__device__ __forceinline__ void pv_gemm(float (&o)[O_REGS], uint32_t (&p)[32], uint32_t v_base) {
   fence_regs(o);
   fence_regs(p);
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
-    // Step kk reads key rows 16kk..16kk+15 (16 * 128 B); the two 64-wide head-dim halves are LBO apart,
-    // 8-row swizzle atoms SBO = 1024 B apart.
+    // Step kk reads key rows 16kk..16kk+15 (16 * 128 B); the two 64-wide head-dim halves are LBO apart
+    // (a 64-wide head has one, and n64 never reads past it), 8-row swizzle atoms SBO = 1024 B apart.
     const uint32_t a[4] = {p[4 * kk + 0], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
     uint64_t db = make_desc(v_base + kk * 16 * 128, KV_HALF_BYTES, 1024);
+#if ATTN_HEAD_DIM == 128
     wgmma_rs_m64n128k16_tb(o, a, db);
+#else
+    wgmma_rs_m64n64k16_tb(o, a, db);
+#endif
   }
   wgmma_commit();
 }
@@ -295,9 +333,9 @@ __device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&p)[32]) 
   for (int i = 0; i < 32; ++i) p[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
 }
 
-__device__ __forceinline__ void rescale(float (&o)[64], const float (&alpha)[2]) {
+__device__ __forceinline__ void rescale(float (&o)[O_REGS], const float (&alpha)[2]) {
 #pragma unroll
-  for (int j = 0; j < 64; ++j) o[j] *= alpha[(j >> 1) & 1];
+  for (int j = 0; j < O_REGS; ++j) o[j] *= alpha[(j >> 1) & 1];
 }
 
 // ---------------------------------------------------------------- the kernel
@@ -316,9 +354,9 @@ __device__ __forceinline__ void consumer(const CUtensorMap& tm_o, float* __restr
   const int my_row0 = wg_row0 + warp * 16 + (lane >> 2);  // this thread's rows: my_row0, my_row0 + 8
   const uint32_t q_base = s_q + c * 64 * 128;
 
-  float o[64];
+  float o[O_REGS];
 #pragma unroll
-  for (int j = 0; j < 64; ++j) o[j] = 0.f;
+  for (int j = 0; j < O_REGS; ++j) o[j] = 0.f;
   Softmax st;
   st.m[0] = st.m[1] = -INFINITY;
   st.l[0] = st.l[1] = 0.f;
@@ -413,10 +451,10 @@ __device__ __forceinline__ void consumer(const CUtensorMap& tm_o, float* __restr
   // O goes back through this warpgroup's own Q rows (its last S GEMM has completed), in the same
   // 128B-swizzled layout TMA uses, then one TMA store per column half clips rows past the sequence end.
 #pragma unroll
-  for (int j = 0; j < 64; j += 2) {
+  for (int j = 0; j < O_REGS; j += 2) {
     const int h = (j >> 1) & 1;
     const int r = warp * 16 + (lane >> 2) + 8 * h;  // row within the warpgroup's 64
-    const int col = 8 * (j >> 2) + 2 * (lane & 3);  // 0..127
+    const int col = 8 * (j >> 2) + 2 * (lane & 3);  // 0..HEAD_DIM-1
     const int half = col >> 6;
     const int byte_in_row = (col & 63) * 2;
     const int chunk = (byte_in_row >> 4) ^ (r & 7);
@@ -427,8 +465,9 @@ __device__ __forceinline__ void consumer(const CUtensorMap& tm_o, float* __restr
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
   if (tid == 0) {
-    tma_store_3d(&tm_o, q_base, 0, wg_row0, bh);
-    tma_store_3d(&tm_o, q_base + Q_HALF_BYTES, HALF_COLS, wg_row0, bh);
+#pragma unroll
+    for (int half = 0; half < HALVES; ++half)
+      tma_store_3d(&tm_o, q_base + half * Q_HALF_BYTES, half * HALF_COLS, wg_row0, bh);
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
     asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
   }
@@ -481,8 +520,8 @@ __global__ void __launch_bounds__(THREADS, 1)
       asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tm_k)) : "memory");
       asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tm_v)) : "memory");
       mbar_expect_tx(bar_q, Q_BYTES);
-      tma_load_3d(s_q, &tm_q, bar_q, 0, m0, bh);
-      tma_load_3d(s_q + Q_HALF_BYTES, &tm_q, bar_q, HALF_COLS, m0, bh);
+      for (int half = 0; half < HALVES; ++half)
+        tma_load_3d(s_q + half * Q_HALF_BYTES, &tm_q, bar_q, half * HALF_COLS, m0, bh);
       for (int it = 0; it < n_tiles; ++it) {
         const int s = it % STAGES;
         const uint32_t phase = (it / STAGES) & 1;
@@ -494,11 +533,11 @@ __global__ void __launch_bounds__(THREADS, 1)
         const uint32_t v_dst = s_v + s * KV_TILE_BYTES;
         // Rows past the end of the sequence are zero-filled by TMA and still count toward the bytes.
         mbar_expect_tx(bar_kfull(s), KV_TILE_BYTES);
-        tma_load_3d(k_dst, &tm_k, bar_kfull(s), 0, kv0, bh);
-        tma_load_3d(k_dst + KV_HALF_BYTES, &tm_k, bar_kfull(s), HALF_COLS, kv0, bh);
+        for (int half = 0; half < HALVES; ++half)
+          tma_load_3d(k_dst + half * KV_HALF_BYTES, &tm_k, bar_kfull(s), half * HALF_COLS, kv0, bh);
         mbar_expect_tx(bar_vfull(s), KV_TILE_BYTES);
-        tma_load_3d(v_dst, &tm_v, bar_vfull(s), 0, kv0, bh);
-        tma_load_3d(v_dst + KV_HALF_BYTES, &tm_v, bar_vfull(s), HALF_COLS, kv0, bh);
+        for (int half = 0; half < HALVES; ++half)
+          tma_load_3d(v_dst + half * KV_HALF_BYTES, &tm_v, bar_vfull(s), half * HALF_COLS, kv0, bh);
       }
     }
   } else {
@@ -526,7 +565,7 @@ static PFN_cuTensorMapEncodeTiled_v12000 get_encode_fn(const char** err) {
   return fn;
 }
 
-// (B*H, S, 128) bf16 viewed as a 3-D tensor {128, S, B*H}; box {64, rows, 1}, 128B swizzle, zero fill.
+// (B*H, S, HEAD_DIM) bf16 viewed as a 3-D tensor {HEAD_DIM, S, B*H}; box {64, rows, 1}, 128B swizzle, zero fill.
 static bool make_map(CUtensorMap* map, const void* ptr, int bh, int seq, int box_rows, const char** err) {
   auto encode = get_encode_fn(err);
   if (encode == nullptr) return false;
@@ -548,11 +587,12 @@ static bool make_map(CUtensorMap* map, const void* ptr, int bh, int seq, int box
 
 }  // namespace kp_attn
 
-// Returns nullptr on success, else a message. Pointers: q, k, v, o (B*H, S, 128) bf16; lse (B*H, S) fp32
-// (may be null when built without ATTN_WITH_LSE).
+// Returns nullptr on success, else a message. Pointers: q, k, v, o (B*H, S, head_dim) bf16; lse (B*H, S)
+// fp32 (may be null when built without ATTN_WITH_LSE). head_dim must be the one this build was made for.
 const char* kp_attn_fwd_launch(const void* q, const void* k, const void* v, void* o, float* lse, int bh, int seq,
-                               float softmax_scale, cudaStream_t stream) {
+                               int head_dim, float softmax_scale, cudaStream_t stream) {
   using namespace kp_attn;
+  if (head_dim != HEAD_DIM) return "head dim does not match this build (ATTN_HEAD_DIM)";
   if (bh <= 0 || seq <= 0) return nullptr;
   if (bh > 65535) return "batch*heads over 65535 (grid y limit)";
   const char* err = nullptr;
