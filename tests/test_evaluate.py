@@ -233,3 +233,56 @@ def test_op_families_catch_every_spelling():
         assert op_family(spelt) in fam, spelt
     assert op_family("aten::_addmm_activation") not in fam
     assert op_family("aten::bmm") not in fam
+
+
+def test_pip_installed_launcher_scripts_are_jit_tools(tmp_path, monkeypatch):
+    """On the H100 image ninja is pip's launcher script in the venv's bin; torch's JIT runs it while a
+    reference is imported, and every honest memory-bound reference was flagged `spawned_process`. A script
+    in the interpreter's own (read-only) environment counts; the same script elsewhere does not."""
+    from kernelpro.harness import guards
+
+    env_bin = tmp_path / "venv" / "bin"
+    env_bin.mkdir(parents=True)
+    ninja = env_bin / "ninja"
+    ninja.write_text("#!/opt/venv/bin/python\nfrom ninja import ninja\nninja()\n")
+    ninja.chmod(0o755)
+    assert not guards._is_jit_tool((str(ninja), [str(ninja), "-v"], None, None))
+    monkeypatch.setattr(guards, "_env_bins", lambda: (str(env_bin) + "/",))
+    # (tmp_path lies under /tmp, a folder the candidate can write; here it stands for the read-only venv)
+    monkeypatch.setattr(guards, "_candidate_writable_roots", lambda: ["/var/empty/kp-none/"])
+    assert guards._is_jit_tool((str(ninja), [str(ninja), "-v"], None, None))
+    # where the candidate can write, the same script is not a compiler
+    monkeypatch.setattr(guards, "_candidate_writable_roots", lambda: [str(tmp_path) + "/"])
+    assert not guards._is_jit_tool((str(ninja), [str(ninja), "-v"], None, None))
+
+
+def test_torch_own_threads_are_not_the_candidates(tmp_path):
+    """The `compile` baseline's inductor pool starts a `subproc_worker_timer` thread during the timed
+    calls; honest references were flagged `spawned_threads`. A thread whose entry point is torch's counts
+    for nobody; a thread of the candidate's own code under the same name still counts."""
+    import threading
+
+    from kernelpro.harness.guards import foreign_threads
+
+    pytest.importorskip("torch._inductor.compile_worker.timer")
+    from torch._inductor.compile_worker.timer import Timer
+
+    stop = threading.Event()
+    timer = Timer(0.2, lambda: None)
+    timer.record_call()          # starts its "subproc_worker_timer" thread
+    fake = threading.Thread(target=stop.wait, name="subproc_worker_timer")
+    mod = tmp_path / "cand.py"
+    mod.write_text("def work(ev):\n    ev.wait()\n")
+    ns: dict = {}
+    exec(compile(mod.read_text(), str(mod), "exec"), ns)
+    mine = threading.Thread(target=ns["work"], args=(stop,), name="subproc_worker_timer")
+    mine.start()
+    try:
+        ts = [timer.background_thread, mine]
+        assert all(t.is_alive() and t.name == "subproc_worker_timer" for t in ts)
+        assert foreign_threads(ts) == [mine]
+        assert foreign_threads([fake]) == [fake]       # a stdlib target is not torch's either
+    finally:
+        stop.set()
+        timer.quit()
+        mine.join(5)

@@ -25,6 +25,7 @@ from kernelpro.harness.guards import (
     _OpRecorder,
     classify_exception,
     forbidden_families,
+    foreign_threads,
     op_family,
     precision_flags,
     restore_precision,
@@ -217,7 +218,7 @@ class CorrectnessChecks:
                 err = e
             finally:
                 self._swallow_sink[0] = []
-            new_threads = [t for t in set(threading.enumerate()) - threads_before if t.is_alive()]
+            new_threads = foreign_threads([t for t in set(threading.enumerate()) - threads_before if t.is_alive()])
             if err is None and out is not None:
                 self._async_checks(out, stream_before, obs)
             try:

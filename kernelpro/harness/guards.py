@@ -181,6 +181,20 @@ def _resolve(exe: str) -> str:
 
 
 _SYSTEM_BIN = ("/usr/bin/", "/bin/", "/usr/sbin/", "/sbin/", "/usr/local/bin/")
+
+
+def _env_bins() -> tuple[str, ...]:
+    """The bin folders of the running interpreter's own environment (a venv's, and its base's): pip puts
+    tools such as ninja there as small Python launcher scripts. They are installed before the run and are
+    not writable by the candidate (the sandbox leaves only its private folders writable), so a script
+    there is as trustworthy as one in /usr/bin."""
+    import sysconfig
+
+    dirs = {os.path.join(p, "bin") for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    scripts = sysconfig.get_path("scripts")
+    if scripts:
+        dirs.add(scripts)
+    return tuple(os.path.realpath(d) + os.sep for d in sorted(dirs))
 # Where a candidate can create files (its temp dir, working folder, caches): nothing run from there is a
 # compiler, whatever its name.
 _WRITABLE_ENV = ("TMPDIR", "TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH")
@@ -212,9 +226,33 @@ def _is_jit_tool(args: tuple) -> bool:
             head = f.read(4)
     except OSError:
         return False  # cannot be read: cannot be vouched for
-    if head.startswith(b"#!") and not real.startswith(_SYSTEM_BIN):
+    if head.startswith(b"#!") and not real.startswith(_SYSTEM_BIN + _env_bins()):
         return False
     return True
+
+
+def foreign_threads(threads: list[threading.Thread]) -> list[threading.Thread]:
+    """The new threads that count against the candidate: all of them except those whose entry point is
+    code of the installed torch package (inductor's compile-worker timer, started when the harness's own
+    `compile` baseline runs). A thread that runs candidate code is caught by the frame scan whatever
+    started it, so a torch entry point cannot be used to hide one."""
+    try:
+        import torch
+
+        torch_dir = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
+    except ImportError:   # no torch: nothing can be torch's
+        return list(threads)
+    out = []
+    for t in threads:
+        fn = getattr(t, "_target", None) or getattr(t, "function", None)
+        fn = getattr(fn, "__func__", fn)
+        code = getattr(fn, "__code__", None)
+        origin = os.path.realpath(code.co_filename) if code is not None else ""
+        if fn is not None and origin.startswith(torch_dir) \
+                and not any(origin.startswith(r) for r in _candidate_writable_roots()):
+            continue
+        out.append(t)
+    return out
 
 
 # Frames reached through these are the harness's: a candidate walking to the timing loop's locals (or to

@@ -16,7 +16,13 @@ import torch
 from kernelpro import hardware as _hw
 from kernelpro.harness import timing as _timing
 from kernelpro.harness.checks import _BORING_OPS, CANDIDATE_RANGE
-from kernelpro.harness.guards import CandidateFailure, _Audit, _children_pids, classify_exception
+from kernelpro.harness.guards import (
+    CandidateFailure,
+    _Audit,
+    _children_pids,
+    classify_exception,
+    foreign_threads,
+)
 from kernelpro.harness.tensors import clone_tree, error_stats, flatten, poison_allocator
 from kernelpro.results.record import KERNEL_NAMES_KEPT
 from kernelpro.suites.task import import_module_from
@@ -96,7 +102,8 @@ class TimingStage:
         head = runs[cfg.protocols[0]]
         stats = head.stats
         notes.update(head.notes)
-        tobs["new_threads"] = [t.name for t in set(threading.enumerate()) - threads_before if t.is_alive()]
+        tobs["new_threads"] = [t.name for t in foreign_threads([t for t in set(threading.enumerate()) - threads_before
+                                                                if t.is_alive()])]
         tobs["new_children"] = sorted(_children_pids() - children_before)
         tobs["candidate_threads"] = self._threads_running_candidate_code()
         self._check_tracer("timing")
