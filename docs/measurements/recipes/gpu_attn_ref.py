@@ -243,7 +243,7 @@ def main() -> int:
             return 1
         if r.returncode != 0:
             # Timing still runs after a failed check: the figures are not quotable, but they show
-            # whether a fix is worth a second device call.
+            # whether a fix is worth a second GPU run.
             print(f"{phase}: exit {r.returncode}", flush=True)
             status = 1
     return status

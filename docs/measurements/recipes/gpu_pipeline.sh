@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The bench pipeline's figures on one H200 (16 cores), one part per device call (each under 9 minutes):
+# The bench pipeline's figures on one H200 (16 cores), one part per run (each under 9 minutes):
 #   bash docs/measurements/recipes/gpu_pipeline.sh main        # cold cache, warm cache, one cached re-run (~4-6 min)
 #   bash docs/measurements/recipes/gpu_pipeline.sh kill-build  # kill -9 in the build stage + --resume (~4 min)
 #   bash docs/measurements/recipes/gpu_pipeline.sh kill-gpu    # kill -9 in the GPU stage + --resume (~4-5 min)
