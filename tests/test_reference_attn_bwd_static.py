@@ -74,3 +74,44 @@ def test_attn_bwd_rejects_bad_config(tmp_path):
            "-o", str(tmp_path / "bad.o")]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode != 0 and "BWD_STAGES" in r.stderr
+
+
+REF_DIR = CU.parent
+TASK_DIR = CU.parents[1] / "tasks"
+
+
+def _reference(name: str):
+    import importlib
+
+    return importlib.import_module(f"kernelpro.suites.ptxbench.reference.{name}")
+
+
+def test_template_moves_and_rules():
+    from kernelpro.agent.policy_param import Template, moves, params_of
+
+    ref = _reference("attn_bwd_causal_headline_bf16")
+    t = Template(ref, "attn_bwd_causal_headline_bf16")
+    assert [q for _, _, q in moves(t, t.params)] == [{"BWD_STAGES": 3}]
+    assert ref.validate({"BWD_STAGES": 4}) and ref.validate({"BWD_CONSUMERS": 3})
+    src = ref.make_source({"BWD_STAGES": 3})
+    assert params_of(src) == {"BWD_STAGES": 3}
+    compile(src, "cand.py", "exec")
+    with pytest.raises(ValueError, match="BWD_STAGES"):
+        ref.make_source({"BWD_STAGES": 4})
+
+
+def test_generated_candidate_passes_static_verification(tmp_path):
+    """A 3-stage causal candidate, written away from the reference directory (so it must use the embedded
+    loader and CUDA source), is built by the real static verifier and emits the task's features."""
+    if find_tool("nvcc") is None:
+        pytest.skip("needs nvcc")
+    pytest.importorskip("torch.utils.cpp_extension")
+    from kernelpro.agent.evaluator import StaticEvaluator
+    from kernelpro.suites.task import load_task
+
+    task = load_task(TASK_DIR / "attn_bwd_causal_bf16_d128.py", suite="ptxbench")
+    path = tmp_path / "cand.py"
+    path.write_text(_reference("attn_bwd_causal_bf16_d128").make_source({"BWD_STAGES": 3}))
+    out = StaticEvaluator("sm_90a").evaluate(task, path)
+    assert out.ok, out.reason
+    assert out.record["features"] == {f: "emitted" for f in ("wgmma", "tma", "mbarrier")}

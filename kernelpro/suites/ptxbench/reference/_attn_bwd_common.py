@@ -82,13 +82,15 @@ def macros(causal: bool, **overrides: int) -> dict[str, int]:
     return m
 
 
-def build(causal: bool, **overrides: int):
-    """Compile (once per source + macros) and return the extension module."""
+def build(causal: bool, src: str | None = None, **overrides: int):
+    """Compile (once per source + macros) and return the extension module. ``src`` is the CUDA source a
+    generated candidate embeds; by default ``hopper_attn_bwd.cu`` beside this file."""
     m = macros(causal, **overrides)
-    fast = tuple(sorted(m.items()))
+    fast = (src is None, tuple(sorted(m.items())))
     if fast in _BY_MACROS:  # per-call path: no file read or hashing in front of every launch
         return _BY_MACROS[fast]
-    src = CU_PATH.read_text()
+    if src is None:
+        src = CU_PATH.read_text()
     defines = [f"-D{k}={v}" for k, v in sorted(m.items())]
     key = hashlib.sha256((src + "\n" + CPP_SRC + "\n" + " ".join(defines)).encode()).hexdigest()[:16]
     if key not in _BUILT:
@@ -108,12 +110,12 @@ def build(causal: bool, **overrides: int):
 
 
 def attn_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, lse: torch.Tensor,
-                  delta: torch.Tensor, causal: bool, **overrides: int):
+                  delta: torch.Tensor, causal: bool, src: str | None = None, **overrides: int):
     """(dQ, dK, dV) bf16 of SDPA with scale 1/sqrt(D), from the forward's natural-log ``lse`` and
     ``delta = rowsum(dO * O)`` (both fp32 (B, H, S))."""
     if q.shape[-1] != HEAD_DIM:
         raise ValueError(f"attention backward reference: head dim must be {HEAD_DIM}, got {q.shape[-1]}")
-    ext = build(causal, **overrides)
+    ext = build(causal, src, **overrides)
     q, k, v, do = (t.contiguous() for t in (q, k, v, do))
     lse, delta = lse.float().contiguous(), delta.float().contiguous()
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
@@ -121,3 +123,35 @@ def attn_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.T
     dq_accum = torch.empty(q.shape, device=q.device, dtype=torch.float32)
     ext.attn_bwd_into(q, k, v, do, lse, delta, dq, dk, dv, dq_accum, 1.0 / math.sqrt(q.shape[-1]))
     return dq, dk, dv
+
+
+# ---- parameter-search template support, shared by the four attn_bwd reference files ----
+
+def validate(params: dict) -> str | None:
+    """Why ``params`` cannot build (the kernel's static_asserts); None if valid."""
+    unknown = sorted(set(params) - {"BWD_STAGES"})
+    if unknown:
+        return f"unknown PARAMS keys {unknown}; the attention-backward template has BWD_STAGES only"
+    if params.get("BWD_STAGES", 2) not in (2, 3):
+        return "BWD_STAGES must be 2 or 3 (K, V, the Q/dO ring and two dS buffers in 227 KB of shared memory)"
+    return None
+
+
+def make_source(reference: Path, defaults: dict, params: dict) -> str:
+    """A standalone candidate .py from the reference file ``reference`` for ``params`` (merged over its
+    ``PARAMS``), with this loader and the CUDA source embedded."""
+    merged = {**defaults, **params}
+    why = validate(merged)
+    if why:
+        raise ValueError(why)
+    common = Path(__file__).read_text()
+    cuda = CU_PATH.read_text()
+    for label, text in (("_attn_bwd_common.py", common), ("hopper_attn_bwd.cu", cuda)):
+        if "\'\'\'" in text:
+            raise ValueError(f"{label} cannot be embedded in a raw triple-quoted string")
+    me = reference.read_text()
+    head = me[:me.index("PARAMS = {")]
+    body = me[me.index("# ---- candidate body"):me.index("# ---- end candidate body ----")]
+    params_text = "{\n" + "".join(f'    "{k}": {int(v)},\n' for k, v in merged.items()) + "}"
+    return (f"{head}PARAMS = {params_text}\n\n_COMMON_SRC = r\'\'\'{common}\'\'\'\n\n"
+            f"CUDA_SRC = r\'\'\'{cuda}\'\'\'\n\n{body}")
