@@ -240,21 +240,64 @@ __device__ __forceinline__ uint16_t to_bf16_bits(float x) {
   return *reinterpret_cast<uint16_t*>(&v);
 }
 
+// ---------------------------------------------------------------- index math
+//
+// Every index the consumers compute goes through these host+device helpers, so that a host program can
+// tabulate exactly what the kernel uses (tests/test_reference_attn_bwd_emulation.py does, and checks the
+// tables against a CPU emulation of the whole backward pass).
+
 // Byte offset of element (row, col) of a (rows x 64) bf16 block stored with the 128B swizzle that TMA
 // writes and the wgmma descriptors read: row r is 128 B at r * 128; its eight 16-byte chunks are permuted
 // by XOR with r % 8 (the pattern repeats every 8 rows = 1024 B, hence the 1024-byte base alignment).
-__device__ __forceinline__ uint32_t swz128(int row, int col) {
+__host__ __device__ __forceinline__ uint32_t swz128(int row, int col) {
   const int byte_in_row = col * 2;
   const int chunk = (byte_in_row >> 4) ^ (row & 7);
   return static_cast<uint32_t>(row * 128 + chunk * 16 + (byte_in_row & 15));
 }
 
+// Per-thread view of a wgmma accumulator (64 rows x N, N/2 registers): element j of thread tid (0..127
+// in the warpgroup) sits in row (warp%4)*16 + lane/4 + 8*((j>>1)&1), column 8*(j>>2) + 2*(lane%4) + (j&1).
+__host__ __device__ __forceinline__ int acc_row(int tid, int j) {
+  return (tid >> 5) * 16 + ((tid & 31) >> 2) + 8 * ((j >> 1) & 1);
+}
+__host__ __device__ __forceinline__ int acc_col(int tid, int j) { return 8 * (j >> 2) + 2 * (tid & 3) + (j & 1); }
+
+// Causal: query tile i holds a query >= the tile's first key iff i*64 + 63 >= key_tile0, i.e. i >= 2j.
+__host__ __device__ __forceinline__ int first_query_tile(int key_tile0) {
+  return BWD_CAUSAL ? key_tile0 / BLOCK_M : 0;
+}
+
+// Whether consumer keys key0..key0+63 x queries q0..q0+63 need element masks: the tile crosses the
+// sequence end or (causal) some key is after some query.
+__host__ __device__ __forceinline__ bool tile_needs_mask(int q0, int key0, int seq) {
+  bool edge = q0 + BLOCK_M > seq || key0 + 64 > seq;
+#if BWD_CAUSAL
+  edge = edge || key0 + 63 > q0;
+#endif
+  return edge;
+}
+
+__host__ __device__ __forceinline__ bool element_dead(int key, int q, int seq) {
+  bool dead = q >= seq || key >= seq;
+#if BWD_CAUSAL
+  dead = dead || key > q;
+#endif
+  return dead;
+}
+
+// dS (query q, key 64c + r) in a dS buffer: the K-major A operand of dQ = dS K, i.e. query rows of
+// 128 keys, stored as two 64-key halves (consumer c's keys are half c).
+__host__ __device__ __forceinline__ uint32_t ds_offset(int c, int r, int q) { return c * DS_HALF_BYTES + swz128(q, r); }
+
+// Element (row, col) of a 128 x 128 K or V tile (two 64-column halves of 128 rows).
+__host__ __device__ __forceinline__ uint32_t kv_tile_offset(int row, int col) {
+  return (col >> 6) * KV_HALF_BYTES + swz128(row, col & 63);
+}
+
 // ---------------------------------------------------------------- consumer pieces
 //
-// Per-thread view of a wgmma accumulator (64 rows x N, N/2 registers): element j sits in row
-// (warp%4)*16 + lane/4 + 8*((j>>1)&1) of the warpgroup's 64 rows, column 8*(j>>2) + 2*(lane%4) + (j&1).
-// For the 64x64 S^T / dP^T tiles (32 registers) the rows are keys and the columns queries, so a thread
-// touches 2 keys and 16 distinct queries; query index ci = 2*(j>>2) + (j&1) (0..15) numbers the latter.
+// For the 64x64 S^T / dP^T tiles (32 registers) the accumulator rows are keys and the columns queries:
+// element j of thread tid is key key0 + acc_row(tid, j), query q0 + acc_col(tid, j).
 
 // S^T = K_c Q_i^T (acc 64 keys x 64 queries) or dP^T = V_c dO_i^T: A is this consumer's 64 rows of the
 // K (or V) tile, B the 64 rows of Q_i (or dO_i); both K-major over the head dim, so k-step kk (head-dim
@@ -293,11 +336,7 @@ __device__ __forceinline__ void consumer(const CUtensorMap& tm_dk, const CUtenso
   auto bar_full = [&](int s) { return bar_base + 8 * (1 + s); };
   auto bar_empty = [&](int s) { return bar_base + 8 * (1 + STAGES + s); };
   const int tid = threadIdx.x & 127;
-  const int warp = tid / 32;
-  const int lane = tid & 31;
   const int key0 = key_tile0 + 64 * c;            // first key row of this consumer
-  const int r0 = warp * 16 + (lane >> 2);         // this thread's accumulator rows: r0 and r0 + 8
-  const int cq = 2 * (lane & 3);                  // column offset of this thread inside each 8-col group
   const uint32_t k_rows = s_k + c * 64 * 128;     // this consumer's 64 rows of half 0 of K (8 KiB/64 rows)
   const uint32_t v_rows = s_v + c * 64 * 128;
   const size_t row_base = static_cast<size_t>(bh) * seq;  // (bh, 0) in lse / delta / dq_accum rows
@@ -345,42 +384,24 @@ __device__ __forceinline__ void consumer(const CUtensorMap& tm_dk, const CUtenso
     fence_regs(dp);
 
     // Element-wise masking only where the tile crosses the sequence end or (causal) the diagonal.
-    bool edge = q0 + BLOCK_M > seq || key0 + 64 > seq;
-#if BWD_CAUSAL
-    edge = edge || key0 + 63 > q0;  // some key of this consumer is after some query of the tile
-#endif
+    const bool edge = tile_needs_mask(q0, key0, seq);
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
-      const int ci = 2 * (j >> 2) + (j & 1);
-      // Query column of ci: 8*(ci>>1) + cq + (ci&1); its LSE at stats[col], its delta at stats[64 + col].
-      const uint32_t col_addr = stats + (8 * (ci >> 1) + cq + (ci & 1)) * 4;
+      const int key_r = acc_row(tid, j);  // key key0 + key_r
+      const int q_c = acc_col(tid, j);    // query q0 + q_c
+      // This query's LSE (log2 units) at stats[q_c], its delta at stats[64 + q_c].
       float lse2, dlt;
-      asm volatile("ld.shared.f32 %0, [%1];" : "=f"(lse2) : "r"(col_addr) : "memory");
-      asm volatile("ld.shared.f32 %0, [%1];" : "=f"(dlt) : "r"(col_addr + 256) : "memory");
+      asm volatile("ld.shared.f32 %0, [%1];" : "=f"(lse2) : "r"(stats + q_c * 4) : "memory");
+      asm volatile("ld.shared.f32 %0, [%1];" : "=f"(dlt) : "r"(stats + 256 + q_c * 4) : "memory");
       float p = fast_exp2(fmaf(s[j], scale_log2, -lse2));
-      if (edge) {
-        const int key = key0 + r0 + 8 * ((j >> 1) & 1);
-        const int q = q0 + 8 * (j >> 2) + cq + (j & 1);
-        bool dead = q >= seq || key >= seq;
-#if BWD_CAUSAL
-        dead = dead || key > q;
-#endif
-        if (dead) p = 0.f;
-      }
+      if (edge && element_dead(key0 + key_r, q0 + q_c, seq)) p = 0.f;
       s[j] = p;                       // P^T
       dp[j] = p * (dp[j] - dlt);      // dS^T
-    }
-
-    // dS^T (key r, query q) -> dS smem as the K-major A operand of dQ = dS K: row q (64 rows), key column
-    // 64c + r, i.e. column r of consumer c's 64-column half (DS_HALF_BYTES apart). Scalar 16-bit stores:
-    // the two keys a thread holds are 8 rows apart, so no two of its elements are adjacent in a row.
-    // Buffer t&1: the other buffer may still be read by the other consumer's dQ product of tile t-1.
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const int r = r0 + 8 * ((j >> 1) & 1);
-      const int q = 8 * (j >> 2) + cq + (j & 1);
-      const uint32_t addr = ds_tile + c * DS_HALF_BYTES + swz128(q, r);
-      asm volatile("st.shared.b16 [%0], %1;" ::"r"(addr), "h"(to_bf16_bits(dp[j])) : "memory");
+      // dS (query q_c, key 64c + key_r) -> this tile's dS buffer. Scalar 16-bit stores: the two keys a
+      // thread holds are 8 rows apart, so no two of its elements are adjacent in a query row. Buffer t&1:
+      // the other one may still be read by the other consumer's dQ product of tile t-1.
+      asm volatile("st.shared.b16 [%0], %1;" ::"r"(ds_tile + ds_offset(c, key_r, q_c)), "h"(to_bf16_bits(dp[j]))
+                   : "memory");
     }
 
     // P^T and dS^T as bf16 register A fragments: accumulator columns 16kk..16kk+15 (elements 8kk..8kk+7)
@@ -427,11 +448,11 @@ __device__ __forceinline__ void consumer(const CUtensorMap& tm_dk, const CUtenso
     fence_regs(pds);
     mbar_arrive(bar_empty(st));
 
-    // dq element j: query row q0 + r0 + 8*((j>>1)&1), head-dim column 64c + 8*(j>>2) + cq + (j&1).
+    // dq element j: query q0 + acc_row, head-dim column 64c + acc_col.
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
-      const int q = q0 + r0 + 8 * ((j >> 1) & 1);
-      const int col = 64 * c + 8 * (j >> 2) + cq + (j & 1);
+      const int q = q0 + acc_row(tid, j);
+      const int col = 64 * c + acc_col(tid, j);
       if (q < seq) atomicAdd(dq_accum + (row_base + q) * HEAD_DIM + col, dq[j]);
     }
   }
@@ -442,9 +463,8 @@ __device__ __forceinline__ void consumer(const CUtensorMap& tm_dk, const CUtenso
   asm volatile("bar.sync %0, %1;" ::"n"(BAR_CONSUMERS), "n"(128 * CONSUMERS) : "memory");
 #pragma unroll
   for (int j = 0; j < 64; j += 2) {
-    const int r = c * 64 + r0 + 8 * ((j >> 1) & 1);  // row of the 128-row tile
-    const int col = 8 * (j >> 2) + cq;               // 0..127 (j even: the pair j, j+1 is col, col+1)
-    const uint32_t off = (col >> 6) * KV_HALF_BYTES + swz128(r, col & 63);
+    // j even: elements j, j+1 are columns col, col+1 of one row, adjacent in the same 16-byte chunk.
+    const uint32_t off = kv_tile_offset(c * 64 + acc_row(tid, j), acc_col(tid, j));
     asm volatile("st.shared.b32 [%0], %1;" ::"r"(s_k + off), "r"(pack_bf16(dk[j] * scale, dk[j + 1] * scale))
                  : "memory");
     asm volatile("st.shared.b32 [%0], %1;" ::"r"(s_v + off), "r"(pack_bf16(dv[j], dv[j + 1])) : "memory");
@@ -488,8 +508,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   const int key_tile0 = static_cast<int>(blockIdx.x) * BLOCK_N;
   const int bh = blockIdx.y;
   const int i_end = (seq + BLOCK_M - 1) / BLOCK_M;
-  // Causal: query tile i has a query >= the first key iff i*64 + 63 >= j*128, i.e. i >= 2j.
-  const int i_first = BWD_CAUSAL ? key_tile0 / BLOCK_M : 0;
+  const int i_first = first_query_tile(key_tile0);
 
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
