@@ -287,7 +287,9 @@ __host__ __device__ __forceinline__ bool element_dead(int key, int q, int seq) {
 
 // dS (query q, key 64c + r) in a dS buffer: the K-major A operand of dQ = dS K, i.e. query rows of
 // 128 keys, stored as two 64-key halves (consumer c's keys are half c).
-__host__ __device__ __forceinline__ uint32_t ds_offset(int c, int r, int q) { return c * DS_HALF_BYTES + swz128(q, r); }
+__host__ __device__ __forceinline__ uint32_t ds_offset(int c, int r, int q) {
+  return c * DS_HALF_BYTES + swz128(q, r);
+}
 
 // Element (row, col) of a 128 x 128 K or V tile (two 64-column halves of 128 rows).
 __host__ __device__ __forceinline__ uint32_t kv_tile_offset(int row, int col) {
@@ -331,8 +333,8 @@ __device__ __forceinline__ void consumer(const CUtensorMap& tm_dk, const CUtenso
                                          const float* __restrict__ lse, const float* __restrict__ delta,
                                          float* __restrict__ dq_accum, int seq, float scale, float scale_log2,
                                          uint32_t s_k, uint32_t s_v, uint32_t s_q, uint32_t s_do, uint32_t s_ds,
-                                         uint32_t s_stats, uint32_t bar_kv, uint32_t bar_base, int key_tile0, int bh, int i_first,
-                                         int i_end, int c) {
+                                         uint32_t s_stats, uint32_t bar_kv, uint32_t bar_base, int key_tile0,
+                                         int bh, int i_first, int i_end, int c) {
   auto bar_full = [&](int s) { return bar_base + 8 * (1 + s); };
   auto bar_empty = [&](int s) { return bar_base + 8 * (1 + STAGES + s); };
   const int tid = threadIdx.x & 127;
@@ -400,7 +402,8 @@ __device__ __forceinline__ void consumer(const CUtensorMap& tm_dk, const CUtenso
       // dS (query q_c, key 64c + key_r) -> this tile's dS buffer. Scalar 16-bit stores: the two keys a
       // thread holds are 8 rows apart, so no two of its elements are adjacent in a query row. Buffer t&1:
       // the other one may still be read by the other consumer's dQ product of tile t-1.
-      asm volatile("st.shared.b16 [%0], %1;" ::"r"(ds_tile + ds_offset(c, key_r, q_c)), "h"(to_bf16_bits(dp[j]))
+      asm volatile("st.shared.b16 [%0], %1;" ::"r"(ds_tile + ds_offset(c, key_r, q_c)),
+                   "h"(to_bf16_bits(dp[j]))
                    : "memory");
     }
 
