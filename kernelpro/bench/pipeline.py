@@ -32,6 +32,7 @@ from kernelpro.bench.table import (
     print_report,
     skipped_note,
     start_line,
+    unrun_reference_note,
     verified_line,
 )
 from kernelpro.errors import KernelProError
@@ -286,7 +287,9 @@ def main(args: argparse.Namespace) -> int:
     out = sys.stderr if args.json else sys.stdout
     print(start_line(run_id, store.path.resolve(), suite, len(tasks) - len(missing), len(missing), archs, label),
           file=out, flush=True)
-    notes: list[str] = [n for n in [skipped_note(missing, args.solutions)] if n]
+    notes: list[str] = [n for n in [skipped_note(missing, args.solutions),
+                                    unrun_reference_note(args.solutions, archs, [p for p in solution.values() if p])]
+                        if n]
     rows: dict[str, dict[str, Any]] = {}
     items: list[Item] = []
     for task in tasks:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
+from kernelpro.errors import KernelProError
 from kernelpro.results.fidelity import fidelity_lines
 
 
@@ -163,6 +165,33 @@ def skipped_note(names: list[str], solutions: str) -> str | None:
         return None
     where = "the suite's reference folder" if solutions == "reference" else solutions
     return f"skipped {len(names)} task{'s' if len(names) > 1 else ''} with no solution file in {where}: {', '.join(names)}"
+
+
+# Targets whose suite references were written and statically verified without that GPU to run them on.
+UNRUN_REFERENCE_ARCHS = {"sm_100a": "B200"}
+
+
+def unrun_reference_note(solutions: str, archs: list[str], paths: list[Path]) -> str | None:
+    """One line when the suite's own references are benched for a target none of them has run on: the
+    references that declare a kernel for it (ARCHS) are compiled and statically verified only."""
+    from kernelpro.static.verify import declared_archs
+
+    if solutions != "reference":
+        return None
+    lines = []
+    for arch in archs:
+        if arch not in UNRUN_REFERENCE_ARCHS:
+            continue
+        n = 0
+        for p in paths:
+            try:
+                n += arch in (declared_archs(p) or {})
+            except KernelProError:
+                pass   # a malformed ARCHS is reported by the verifier on that candidate's own line
+        if n:
+            lines.append(f"{arch} references ({n} declare a kernel for it) are compiled and statically verified "
+                         f"only: no {UNRUN_REFERENCE_ARCHS[arch]} has run them")
+    return "; ".join(lines) or None
 
 
 def no_gpu_line(reason: str | None, archs: list[str], rows: list[dict[str, Any]]) -> str:

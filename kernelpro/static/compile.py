@@ -376,6 +376,16 @@ _ARCH_ONLY = {
 }
 
 
+# Architecture names by compute capability major version, for one-line causes.
+_FAMILY = {"9": "Hopper", "10": "Blackwell", "11": "Blackwell", "12": "Blackwell", "8": "Ampere"}
+
+
+def arch_family_name(arch: str) -> str:
+    """'Hopper' for sm_90a, 'Blackwell' for sm_100a; the target itself for others."""
+    num, _ = parse_arch(arch)
+    return _FAMILY.get(num[:-1], arch)
+
+
 @dataclass(frozen=True)
 class Cause:
     short: str      # for a table cell: "Hopper-only (wgmma)"

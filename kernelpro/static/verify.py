@@ -10,7 +10,9 @@ literals and functions that no entry can call never count (see kernelpro.static.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
+import os
 import sys
 import tempfile
 import time
@@ -21,17 +23,25 @@ from typing import Any
 from kernelpro import paths, sandbox
 from kernelpro.errors import KernelProError
 from kernelpro.static.compile import (
+    Cause,
     CompileResult,
     Diagnostic,
+    arch_family_name,
     assemble_ptx,
     compile_cause,
     compile_cuda,
     filter_arch_flags,
     grouped_diagnostics,
+    parse_arch,
 )
 from kernelpro.static.features import catalog_arch, load_catalog, match
 from kernelpro.static.ptx import PtxModule, parse_ptx
 from kernelpro.static.sass import callgraph, disassemble, kernel_report, reachable, resource_usage
+
+# Set in the reader process to the target being verified, so a candidate that builds a different kernel
+# per architecture (the PTXBench references) hands over the one for that target; the references spell
+# the same name.
+TARGET_ARCH_ENV = "KERNELPRO_TARGET_ARCH"
 
 EMITTED = "emitted"
 DECLARED = "declared, not emitted"
@@ -149,8 +159,9 @@ with open(out_path, "w") as f:
 '''
 
 
-def extract_sources(candidate_path: str | Path, timeout: float = 120) -> list[CudaSource]:
-    """The CUDA/PTX a candidate would compile. `.py` candidates run in a child process (untrusted code)."""
+def extract_sources(candidate_path: str | Path, timeout: float = 120, arch: str | None = None) -> list[CudaSource]:
+    """The CUDA/PTX a candidate would compile (for `arch`, when it picks its source by target: the reader
+    process sees it as $KERNELPRO_TARGET_ARCH). `.py` candidates run in a child process (untrusted code)."""
     path = Path(candidate_path)
     if not path.is_file():
         raise KernelProError(f"candidate {path} does not exist")
@@ -165,9 +176,11 @@ def extract_sources(candidate_path: str | Path, timeout: float = 120) -> list[Cu
         raise KernelProError(f"candidate {path}: expected a .py (ModelNew), .cu or .ptx file")
     with tempfile.TemporaryDirectory(prefix="kp_capture_") as tmp:
         out = Path(tmp) / "captured.json"
+        env = {**os.environ, TARGET_ARCH_ENV: arch} if arch else None
         try:
             fin = sandbox.run([sys.executable, "-c", _CAPTURE, str(path.resolve()), str(out)],
-                              cwd=path.resolve().parent, timeout_s=timeout, gpu=sandbox.NO_GPU, writable=[Path(tmp)])
+                              cwd=path.resolve().parent, timeout_s=timeout, gpu=sandbox.NO_GPU, writable=[Path(tmp)],
+                              env=env)
         except OSError as e:
             raise KernelProError(f"cannot run {sys.executable} to read candidate {path.name}: {e}") from None
         if fin.timed_out:
@@ -207,6 +220,48 @@ def extract_sources(candidate_path: str | Path, timeout: float = 120) -> list[Cu
     return sources
 
 
+def declared_archs(candidate_path: str | Path) -> dict[str, str] | None:
+    """The targets a `.py` candidate declares it builds for, from a module-level literal
+    ``ARCHS = {"sm_90a": "wgmma", ...}`` (target -> the instruction family its kernel is built on) or
+    ``ARCHS = ("sm_90a", ...)``; read with the parser, never by importing the candidate. None when the
+    candidate declares nothing (it is then compiled for every target)."""
+    path = Path(candidate_path)
+    if path.suffix.lower() != ".py":
+        return None
+    try:
+        tree = ast.parse(path.read_text(errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return None   # unreadable or not Python: extract_sources reports it with the real reason
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "ARCHS" for t in node.targets):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                raise KernelProError(f"{path.name}: ARCHS must be a literal dict (target -> instruction family) "
+                                     "or tuple of targets, e.g. {'sm_90a': 'wgmma'}") from None
+            if isinstance(value, (tuple, list)):
+                value = {a: "" for a in value}
+            if (not isinstance(value, dict) or not value
+                    or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())):
+                raise KernelProError(f"{path.name}: ARCHS must map target names to instruction families, "
+                                     "e.g. {'sm_90a': 'wgmma'}, or list target names")
+            for a in value:
+                parse_arch(a)
+            return dict(value)
+    return None
+
+
+def not_declared_cause(archs: dict[str, str], arch: str) -> Cause:
+    """The one line for a target outside a candidate's ARCHS, e.g. 'Hopper-only: uses wgmma (ARCHS:
+    sm_90a); not compiled for sm_100a'."""
+    names = sorted({arch_family_name(a) for a in archs})
+    only = f"{names[0]}-only" if len(names) == 1 else "/".join(names) + " only"
+    uses = sorted({f for f in archs.values() if f})
+    short = f"{only} ({', '.join(uses)})" if uses else only
+    line = f"{only}: {'uses ' + ', '.join(uses) + ' ' if uses else ''}(ARCHS: {', '.join(archs)}); not compiled for {arch}"
+    return Cause(short, line)
+
+
 @dataclass
 class KernelVerification:
     name: str
@@ -240,6 +295,8 @@ class VerifyReport:
     sources: list[dict[str, Any]] = field(default_factory=list)
     unreachable_functions: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    # Set when the candidate's ARCHS leaves this target out: nothing was compiled, and this says why.
+    not_declared: Cause | None = None
 
     @property
     def passed(self) -> bool:
@@ -262,7 +319,7 @@ class VerifyReport:
         """Why it did not compile, in one line (None when it compiled)."""
         if self.compiled:
             return None
-        c = compile_cause(self.diagnostics, self.arch)
+        c = self.not_declared or compile_cause(self.diagnostics, self.arch)
         return c.line if c else "no diagnostics"
 
     @property
@@ -270,7 +327,7 @@ class VerifyReport:
         """The cause for a table cell, e.g. 'Hopper-only (wgmma)'."""
         if self.compiled:
             return None
-        c = compile_cause(self.diagnostics, self.arch)
+        c = self.not_declared or compile_cause(self.diagnostics, self.arch)
         return c.short if c else "compile error"
 
     @property
@@ -358,8 +415,15 @@ def verify(candidate_path: str | Path, arch: str = "sm_90a", requested: list[str
     t0 = time.perf_counter()
     cat_arch = catalog_arch(arch)
     req = load_catalog().check_names(cat_arch, requested) if requested is not None else None
-    srcs = sources if sources is not None else extract_sources(candidate_path)
     report = VerifyReport(str(candidate_path), arch, list(req or []), compiled=True)
+    archs = declared_archs(candidate_path) if sources is None else None
+    if archs is not None and arch not in archs and cat_arch not in archs:
+        # A declared property, not a page of ptxas errors: the candidate says it is not for this target.
+        report.compiled = False
+        report.not_declared = not_declared_cause(archs, arch)
+        report.seconds = time.perf_counter() - t0
+        return report
+    srcs = sources if sources is not None else extract_sources(candidate_path, arch=arch)
     tmp = None
     if workdir is None:
         tmp = tempfile.TemporaryDirectory(prefix="kp_verify_")
@@ -414,6 +478,12 @@ def print_report(console: Any, report: VerifyReport, verbose: bool = False) -> N
     from kernelpro.tables import Col, print_table
 
     head = Text(f"{report.candidate} for {report.arch}: ")
+    if report.not_declared is not None:
+        # The candidate's own ARCHS leaves this target out: one line, kept whole, and nothing else.
+        head.append("not built", style="bold yellow")
+        head.append(f": {report.not_declared.line}")
+        console.print(head, soft_wrap=True)
+        return
     if not report.compiled:
         head.append("compile FAILED", style="bold red")
         head.append(f": {report.cause}")
@@ -455,7 +525,7 @@ def print_report(console: Any, report: VerifyReport, verbose: bool = False) -> N
         hidden.append(f"{len(shown) - limit} more errors")
     if warnings and not verbose:
         hidden.append(f"{len(warnings)} warning{'s' if len(warnings) > 1 else ''}")
-    if not report.compiled and not verbose:
+    if not report.compiled and not verbose and report.not_declared is None:
         hidden.append("the feature and kernel tables")
     if hidden:
         console.print(Text(f"--verbose shows {', '.join(hidden)}; --json everything", style="dim"))

@@ -1,6 +1,12 @@
-"""Shared loader for the Hopper attention-forward references (``hopper_attn_fwd.cu``).
+"""Shared loader for the attention-forward references: ``hopper_attn_fwd.cu`` on Hopper (sm_90a),
+``blackwell_attn_fwd.cu`` on Blackwell (sm_100a), picked by ``target_arch()``.
 
-One CUDA source, specialised by nvcc ``-D`` macros: ``ATTN_CAUSAL``, ``ATTN_WITH_LSE``,
+The Blackwell kernel (tcgen05.mma for Q K^T and P V with S and O in tensor memory, a TMA K/V ring on
+mbarriers, online softmax in four warps that own one query row each) is compiled and statically
+verified only: no B200 was available, so it has never run. Its macros are ``ATTN_CAUSAL``,
+``ATTN_WITH_LSE`` and ``ATTN_STAGES`` (1 or 2).
+
+The Hopper source is specialised by nvcc ``-D`` macros: ``ATTN_CAUSAL``, ``ATTN_WITH_LSE``,
 ``ATTN_HEAD_DIM`` (64 or 128), ``ATTN_CONSUMERS`` (consumer warpgroups; BLOCK_M = 64 * CONSUMERS), ``ATTN_BLOCK_N`` (key tile, 128),
 ``ATTN_STAGES`` (K/V ring depth), ``ATTN_OVERLAP`` (S/PV overlap inside a warpgroup) and
 ``ATTN_WATCHDOG`` (trap after that many failed barrier polls; 0 = off, the default, because the trap
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 from pathlib import Path
 
 import torch
@@ -24,6 +31,36 @@ CU_PATH = Path(__file__).with_name("hopper_attn_fwd.cu")
 HEAD_DIMS = (64, 128)
 DEFAULTS = {"ATTN_HEAD_DIM": 128, "ATTN_CONSUMERS": 2, "ATTN_BLOCK_N": 128, "ATTN_STAGES": 2, "ATTN_OVERLAP": 1, "ATTN_WATCHDOG": 0}
 NVCC_FLAGS = ["-gencode=arch=compute_90a,code=sm_90a", "-O3", "-std=c++17"]
+BW_CU_PATH = Path(__file__).with_name("blackwell_attn_fwd.cu")
+BW_HEADER = Path(__file__).with_name("blackwell_tcgen05.cuh")
+BW_DEFAULTS = {"ATTN_STAGES": 2}
+BW_NVCC_FLAGS = ["-gencode=arch=compute_100a,code=sm_100a", "-O3", "-std=c++17"]
+# The static verifier sets this to the target it compiles for (the build process has no GPU to ask).
+TARGET_ARCH_ENV = "KERNELPRO_TARGET_ARCH"
+
+
+def target_arch() -> str:
+    """sm_100a or sm_90a: the verifier's target, else the GPU's, else TORCH_CUDA_ARCH_LIST's first entry
+    (what the build stage pins to the run's GPU), else sm_90a."""
+    arch = os.environ.get(TARGET_ARCH_ENV, "")
+    if not arch and torch.cuda.is_available():
+        major, _ = torch.cuda.get_device_capability()
+        arch = "sm_100a" if major == 10 else "sm_90a"
+    if not arch:
+        first = os.environ.get("TORCH_CUDA_ARCH_LIST", "").replace(";", " ").split()
+        arch = "sm_100a" if first and first[0].startswith("10.") else "sm_90a"
+    return arch
+
+
+def blackwell() -> bool:
+    return target_arch().startswith("sm_100")
+
+
+def cuda_source() -> str:
+    """The kernel source for the target (Blackwell's with its shared header inlined, so it stands alone)."""
+    if blackwell():
+        return BW_CU_PATH.read_text().replace('#include "blackwell_tcgen05.cuh"', BW_HEADER.read_text())
+    return CU_PATH.read_text()
 
 # The torch-facing wrapper; the .cu itself has no PyTorch headers so it also builds with plain nvcc.
 CPP_SRC = r"""
@@ -65,11 +102,12 @@ _BUILT: dict[str, object] = {}
 
 
 def macros(causal: bool, with_lse: bool, **overrides: int) -> dict[str, int]:
-    unknown = sorted(set(overrides) - set(DEFAULTS))
+    defaults = BW_DEFAULTS if blackwell() else DEFAULTS
+    unknown = sorted(set(overrides) - set(defaults))
     if unknown:
-        raise ValueError(f"unknown attention macros {unknown}; valid: {sorted(DEFAULTS)}")
+        raise ValueError(f"unknown attention macros {unknown} for {target_arch()}; valid: {sorted(defaults)}")
     m = {"ATTN_CAUSAL": int(causal), "ATTN_WITH_LSE": int(with_lse)}
-    m.update(DEFAULTS)
+    m.update(defaults)
     m.update({k: int(v) for k, v in overrides.items()})
     return m
 
@@ -80,12 +118,13 @@ _BY_MACROS: dict[tuple, object] = {}
 def build(causal: bool, with_lse: bool, **overrides: int):
     """Compile (once per source + macros) and return the extension module."""
     m = macros(causal, with_lse, **overrides)
-    fast = tuple(sorted(m.items()))
+    flags = BW_NVCC_FLAGS if blackwell() else NVCC_FLAGS
+    fast = (flags[0], *sorted(m.items()))
     if fast in _BY_MACROS:  # per-call path: no file read or hashing in front of every launch
         return _BY_MACROS[fast]
-    src = CU_PATH.read_text()
+    src = cuda_source()
     defines = [f"-D{k}={v}" for k, v in sorted(m.items())]
-    key = hashlib.sha256((src + "\n" + CPP_SRC + "\n" + " ".join(defines)).encode()).hexdigest()[:16]
+    key = hashlib.sha256((src + "\n" + CPP_SRC + "\n" + " ".join([*flags, *defines])).encode()).hexdigest()[:16]
     if key not in _BUILT:
         from torch.utils.cpp_extension import load_inline
 
@@ -94,8 +133,9 @@ def build(causal: bool, with_lse: bool, **overrides: int):
             cpp_sources=CPP_SRC,
             cuda_sources=src,
             functions=["attn_fwd_into"],
-            # An explicit -gencode keeps torch from adding a plain sm_90 pass, which rejects wgmma.
-            extra_cuda_cflags=[*NVCC_FLAGS, *defines],
+            # An explicit -gencode keeps torch from adding a plain sm_90/sm_100 pass, which rejects
+            # wgmma/tcgen05 (arch-specific instructions need the "a" targets).
+            extra_cuda_cflags=[*flags, *defines],
             verbose=False,
         )
     _BY_MACROS[fast] = _BUILT[key]

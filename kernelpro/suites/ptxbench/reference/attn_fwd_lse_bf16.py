@@ -1,7 +1,10 @@
-"""Expert reference for ptxbench/attn_fwd_lse_bf16 on Hopper (sm_90a): non-causal SDPA forward, bf16, head dim 128; returns (out, lse), lse fp32 natural-log logsumexp of the scaled scores.
+"""Expert reference for ptxbench/attn_fwd_lse_bf16 on Hopper (sm_90a) and Blackwell (sm_100a): non-causal SDPA forward, bf16, head dim 128; returns (out, lse), lse fp32 natural-log logsumexp of the scaled scores.
 
-Thin wrapper: the kernel is ``hopper_attn_fwd.cu`` (TMA K/V ring with mbarriers, warp-specialised
-producer with setmaxnreg, wgmma for Q K^T and for P V with P in registers), loaded by ``_attn_common.py``.
+Thin wrapper; ``_attn_common.py`` loads the kernel for the target architecture. Hopper:
+``hopper_attn_fwd.cu`` (TMA K/V ring with mbarriers, warp-specialised producer with setmaxnreg, wgmma
+for Q K^T and for P V with P in registers). Blackwell: ``blackwell_attn_fwd.cu`` (tcgen05.mma for both
+products with S and O in tensor memory, TMA K/V ring, mbarriers, online softmax), compiled and
+statically verified only: no B200 was available, so it has never run.
 """
 
 from __future__ import annotations
@@ -12,6 +15,10 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
+
+# The targets this reference builds for and the instruction family of each one's kernel (read by the
+# static verifier without importing the module).
+ARCHS = {"sm_90a": "wgmma", "sm_100a": "tcgen05.mma"}
 
 
 def _common():

@@ -1,4 +1,15 @@
-"""Expert reference for ptxbench/gemm_bf16 on Hopper (sm_90a): C = A @ B, bf16 in/out, fp32 accumulate.
+"""Expert reference for ptxbench/gemm_bf16: C = A @ B, bf16 in/out, fp32 accumulate, on Hopper (sm_90a)
+and Blackwell (sm_100a); the source is picked by the target architecture (``ARCHS``, ``_target_arch``).
+
+Blackwell (sm_100a): ``blackwell_gemm.cu`` (with ``blackwell_tcgen05.cuh``), compiled and statically
+verified only: no B200 was available, so it has never run. One CTA per 128 x ``BW_PARAMS["BN"]`` tile:
+TMA loads into an mbarrier ring, one thread issuing ``tcgen05.mma.kind::f16`` with the fp32 accumulator
+in tensor memory (``tcgen05.alloc`` / ``relinquish_alloc_permit`` / ``dealloc``), ``tcgen05.commit`` to the
+ring's empty barriers, and an epilogue that reads TMEM with ``tcgen05.ld.32x32b`` into registers and
+stores to global memory. ``PARAMS`` and the search space below are the Hopper kernel's;
+``make_source`` writes a Hopper-only candidate (it declares ``ARCHS = {"sm_90a": ...}``).
+
+Hopper (sm_90a):
 
 The kernel lives in ``hopper_gemm.cu`` next to this file: a persistent, warp-specialized GEMM with
 TMA loads (128-byte swizzle) into a STAGES-deep shared-memory ring guarded by full/empty mbarriers,
@@ -32,6 +43,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# The targets this reference builds for and the instruction family each one's kernel is built on. The
+# static verifier reads this literal (without importing the module) and reports a target outside it in
+# one line instead of compiling it.
+ARCHS = {"sm_90a": "wgmma", "sm_100a": "tcgen05.mma"}
+
 # Best of the sweeps in docs/measurements/gemm_reference.md (0.943 and 0.947 of cuBLAS at 8192^3).
 PARAMS = {
     "BM": 256,
@@ -45,8 +61,12 @@ PARAMS = {
     "CONSUMER_REGS": 232,
 }
 
+# The Blackwell kernel's compile-time parameters (blackwell_gemm.cu documents the valid values).
+BW_PARAMS = {"BN": 256, "STAGES": 4}
+
 # ---- candidate body (make_source copies everything from here to the end marker) ----
 import hashlib  # noqa: E402
+import os  # noqa: E402
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
@@ -56,11 +76,37 @@ _PARAM_KEYS = ("BM", "BN", "BK", "STAGES", "CONSUMERS", "CLUSTER_M", "GROUP_M", 
 _BUILT: dict[str, object] = {}
 
 
+# The static verifier sets this to the target it compiles for (the build process has no GPU to ask).
+TARGET_ARCH_ENV = "KERNELPRO_TARGET_ARCH"
+
+
+def _target_arch() -> str:
+    """sm_100a or sm_90a: the verifier's target, else the GPU's, else TORCH_CUDA_ARCH_LIST's first entry
+    (what the build stage pins to the run's GPU), else sm_90a."""
+    arch = os.environ.get(TARGET_ARCH_ENV, "")
+    if not arch and torch.cuda.is_available():
+        major, _ = torch.cuda.get_device_capability()
+        arch = "sm_100a" if major == 10 else "sm_90a"
+    if not arch:
+        first = os.environ.get("TORCH_CUDA_ARCH_LIST", "").replace(";", " ").split()
+        arch = "sm_100a" if first and first[0].startswith("10.") else "sm_90a"
+    return arch
+
+
+def _blackwell() -> bool:
+    # A generated candidate embeds the Hopper source (CUDA_SRC) and is Hopper-only.
+    return not globals().get("CUDA_SRC") and _target_arch().startswith("sm_100")
+
+
 def _cuda_source() -> str:
     embedded = globals().get("CUDA_SRC")
     if embedded:
         return embedded
-    return Path(__file__).with_name("hopper_gemm.cu").read_text()
+    here = Path(__file__).parent
+    if _blackwell():   # the shared header inlined, so the source stands alone
+        return (here / "blackwell_gemm.cu").read_text().replace(
+            '#include "blackwell_tcgen05.cuh"', (here / "blackwell_tcgen05.cuh").read_text())
+    return (here / "hopper_gemm.cu").read_text()
 
 
 _BINDING = r"""
@@ -105,8 +151,14 @@ def _build(params: dict):
     if unknown:
         raise ValueError(f"unknown PARAMS keys {unknown}; valid keys: {list(_PARAM_KEYS)}")
     src = _cuda_source()
-    defines = [f"-DKP_{k}={int(params[k])}" for k in _PARAM_KEYS if k in params]
-    key = hashlib.sha256((src + _BINDING + " ".join(defines)).encode()).hexdigest()[:16]
+    if _blackwell():
+        bw = {**globals().get("BW_PARAMS", {}), "B_KMAJOR": int(params.get("B_KMAJOR", 0))}
+        defines = [f"-DKP_{k}={int(v)}" for k, v in sorted(bw.items())]
+        gencode = "-gencode=arch=compute_100a,code=sm_100a"
+    else:
+        defines = [f"-DKP_{k}={int(params[k])}" for k in _PARAM_KEYS if k in params]
+        gencode = "-gencode=arch=compute_90a,code=sm_90a"
+    key = hashlib.sha256((src + _BINDING + gencode + " ".join(defines)).encode()).hexdigest()[:16]
     if key not in _BUILT:
         from torch.utils.cpp_extension import load_inline
 
@@ -115,8 +167,9 @@ def _build(params: dict):
             cpp_sources=_BINDING,
             cuda_sources=src,
             functions=["gemm_bf16"],
-            # An explicit -gencode keeps torch from adding a plain sm_90 pass, which rejects wgmma.
-            extra_cuda_cflags=["-gencode=arch=compute_90a,code=sm_90a", "-O3", *defines],
+            # An explicit -gencode keeps torch from adding a plain sm_90/sm_100 pass, which rejects
+            # wgmma/tcgen05 (arch-specific instructions need the "a" targets).
+            extra_cuda_cflags=[gencode, "-O3", *defines],
             verbose=False,
         )
     return _BUILT[key]
@@ -151,9 +204,10 @@ def make_source(params: dict) -> str:
     body = me[me.index("\n", start) + 1:end]
     params_text = "{\n" + "".join(f'    "{k}": {int(merged[k])},\n' for k in _PARAM_KEYS if k in merged) + "}"
     return (
-        '"""bf16 GEMM candidate generated from the KernelPro Hopper reference (hopper_gemm.cu)."""\n\n'
+        '"""bf16 GEMM candidate generated from the KernelPro Hopper reference (hopper_gemm.cu); Hopper-only."""\n\n'
         "from __future__ import annotations\n\n"
         "from pathlib import Path\n\n"
+        'ARCHS = {"sm_90a": "wgmma"}\n\n'
         f"PARAMS = {params_text}\n\n"
         f"CUDA_SRC = r'''{src}'''\n\n"
         f"{body}"

@@ -1,9 +1,12 @@
-"""Expert reference for ptxbench/gemm_bf16_headline on Hopper (sm_90a): PTXBench's headline GEMM (M=8192, N=7168, K=5120), C = A @ B.T with
+"""Expert reference for ptxbench/gemm_bf16_headline on Hopper (sm_90a) and Blackwell (sm_100a): PTXBench's headline GEMM (M=8192, N=7168, K=5120), C = A @ B.T with
 A (M, K) and B (N, K) both K-major bf16.
 
 Thin wrapper over gemm_bf16.py: the same warp-specialized TMA + mbarrier + wgmma + setmaxnreg kernel
 (``hopper_gemm.cu``) built with ``B_KMAJOR=1``, which tiles B like A and runs wgmma with trans-b 0.
 ``PARAMS`` and ``make_source`` make it a template for the parameter search, like gemm_bf16.
+On sm_100a gemm_bf16.py builds its Blackwell kernel (``blackwell_gemm.cu``, tcgen05.mma with the
+accumulator in tensor memory) with ``B_KMAJOR=1``: compiled and statically verified only, no B200 was
+available, so it has never run.
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
+
+# The targets this reference builds for (read by the static verifier without importing the module).
+ARCHS = {"sm_90a": "wgmma", "sm_100a": "tcgen05.mma"}
 
 
 def _gemm():

@@ -1,6 +1,9 @@
-"""Expert reference for ptxbench/gemm_bf16_nt on Hopper (sm_90a): C = A @ B.T, A (M, K) and B (N, K) both
+"""Expert reference for ptxbench/gemm_bf16_nt on Hopper (sm_90a) and Blackwell (sm_100a): C = A @ B.T, A (M, K) and B (N, K) both
 K-major bf16 — the same layout as PTXBench's headline GEMM, so the same reference
 (``gemm_bf16_headline.py``: the Hopper GEMM built with ``B_KMAJOR=1``), re-exported, template included.
+On sm_100a gemm_bf16.py builds its Blackwell kernel (``blackwell_gemm.cu``, tcgen05.mma with the
+accumulator in tensor memory) with ``B_KMAJOR=1``: compiled and statically verified only, no B200 was
+available, so it has never run.
 """
 
 from __future__ import annotations
@@ -8,6 +11,9 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
+
+# The targets this reference builds for (read by the static verifier without importing the module).
+ARCHS = {"sm_90a": "wgmma", "sm_100a": "tcgen05.mma"}
 
 
 def _headline():
