@@ -145,6 +145,8 @@ def test_declared_archs_reads_literals_only(tmp_path):
     p.write_text("ARCHS = {'sm_9x': 'wgmma'}\n")
     with pytest.raises(KernelProError, match="not a CUDA target"):
         declared_archs(p)
+    p.write_text("ARCHS: dict[str, str] = {'sm_100a': 'tcgen05.mma'}\n")
+    assert declared_archs(p) == {"sm_100a": "tcgen05.mma"}
     p.write_text("X = 1\n")
     assert declared_archs(p) is None
     assert declared_archs(REF / "gemm_bf16.py") == {"sm_90a": "wgmma", "sm_100a": "tcgen05.mma"}

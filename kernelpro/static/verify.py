@@ -233,9 +233,15 @@ def declared_archs(candidate_path: str | Path) -> dict[str, str] | None:
     except (OSError, SyntaxError, ValueError):
         return None   # unreadable or not Python: extract_sources reports it with the real reason
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "ARCHS" for t in node.targets):
+        if isinstance(node, ast.Assign):
+            targets, node_value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign):      # ARCHS: dict[str, str] = {...}
+            targets, node_value = [node.target], node.value
+        else:
+            continue
+        if node_value is not None and any(isinstance(t, ast.Name) and t.id == "ARCHS" for t in targets):
             try:
-                value = ast.literal_eval(node.value)
+                value = ast.literal_eval(node_value)
             except ValueError:
                 raise KernelProError(f"{path.name}: ARCHS must be a literal dict (target -> instruction family) "
                                      "or tuple of targets, e.g. {'sm_90a': 'wgmma'}") from None
