@@ -146,9 +146,10 @@ def attn_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
                  **overrides: int):
     """SDPA forward with scale 1/sqrt(D): ``out`` or ``(out, lse)`` (lse fp32, natural log); the build is
     the one for q's head dim unless ``ATTN_HEAD_DIM`` is given."""
-    overrides.setdefault("ATTN_HEAD_DIM", q.shape[-1])
-    if overrides["ATTN_HEAD_DIM"] not in HEAD_DIMS:
-        raise ValueError(f"attention reference: head dim must be one of {HEAD_DIMS}, got {q.shape[-1]}")
+    if not blackwell():      # the Blackwell kernel has one head dim (128), checked by its launcher
+        overrides.setdefault("ATTN_HEAD_DIM", q.shape[-1])
+        if overrides["ATTN_HEAD_DIM"] not in HEAD_DIMS:
+            raise ValueError(f"attention reference: head dim must be one of {HEAD_DIMS}, got {q.shape[-1]}")
     ext = build(causal, with_lse, **overrides)
     q, k, v = (t.contiguous() for t in (q, k, v))
     out = torch.empty_like(q)

@@ -19,6 +19,9 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
+# The targets this reference builds for (read by the static verifier without importing the module).
+ARCHS = {"sm_90a": "wgmma"}
+
 CAUSAL = False
 
 PARAMS = {

@@ -13,6 +13,10 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
+# The targets this reference builds for (read by the static verifier without importing the module): the
+# Blackwell attention kernel is written for head dim 128 only, so head dim 64 is Hopper-only.
+ARCHS = {"sm_90a": "wgmma"}
+
 
 def _common():
     name = "kp_ptxbench_attn_common"

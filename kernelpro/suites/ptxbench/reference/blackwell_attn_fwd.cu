@@ -311,10 +311,12 @@ static int make_map(CUtensorMap* map, const void* ptr, int bh, int seq) {
 }  // namespace kp_bw_attn
 
 // Returns nullptr on success, else a message. Pointers: q, k, v, o (B*H, S, 128) bf16; lse (B*H, S) fp32
-// (may be null when built without ATTN_WITH_LSE).
+// (may be null when built without ATTN_WITH_LSE). The signature is the Hopper launcher's (one C++ wrapper
+// serves both); this kernel is written for head dim 128 only.
 const char* kp_attn_fwd_launch(const void* q, const void* k, const void* v, void* o, float* lse, int bh, int seq,
-                               float softmax_scale, cudaStream_t stream) {
+                               int head_dim, float softmax_scale, cudaStream_t stream) {
   using namespace kp_bw_attn;
+  if (head_dim != HEAD_DIM) return "the Blackwell attention reference supports head dim 128 only";
   if (bh <= 0 || seq <= 0) return nullptr;
   if (bh > 65535) return "batch*heads over 65535 (grid y limit)";
   CUtensorMap tq, tk, tv;
