@@ -5,6 +5,8 @@ timing vs baselines, energy) and record everything in the run store.
     kernelpro bench SUITE_OR_TASK --solutions DIR [--task NAME ...] [--sizes shown|heldout|all]
         [--arch sm_90a] [--baselines eager,compile,vendor] [--graphs] [--sanitizer memcheck|racecheck]
         [--no-energy] [--timeout S] [--resume RUN_ID] [--json] [--gpus N] [--device auto|cuda|cpu] [--ray]
+        [--profile kernelpro|ptxbench|kernelpro,ptxbench]
+    kernelpro bench flashinfer-trace --path TRACE_SET --solutions DIR   (PTXBench's JSON definitions)
 
 Without a GPU it still compiles and statically verifies every CUDA candidate for each --arch and says in
 one line what it skipped. Each candidate's records are committed as soon as they exist, so an
@@ -39,7 +41,7 @@ from kernelpro.errors import KernelProError
 from kernelpro.harness.job import Job
 from kernelpro.results.record import Result
 
-BASELINES = ("eager", "compile", "vendor")
+BASELINES = ("eager", "compile", "vendor", "cudnn_frontend", "torch_sdpa")
 STATIC_ARCHS = ("sm_90a", "sm_100a")
 
 
@@ -52,7 +54,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--protocol", choices=("ptxbench",),
                    help="run PTXBench's multi-turn refinement protocol against an LLM endpoint instead; a suite "
                         "name means its headline tasks; takes `kernelpro optimize`'s protocol and endpoint flags")
-    p.add_argument("--path", help="a KernelBench checkout, with `kernelbench` as the suite")
+    p.add_argument("--path", help="a KernelBench checkout (suite `kernelbench`) or a FlashInfer-Trace trace set / "
+                                  "PTXBench checkout (suite `flashinfer-trace`)")
+    p.add_argument("--profile", default="kernelpro", metavar="NAME[,NAME]",
+                   help="evaluation profile(s): kernelpro (the task's tolerance, steady-state isolated timing) and/or "
+                        "ptxbench (atol=rtol=1e-2 as PTXBench judges it; 10 warm-ups, 3x50 calls, cold L2); "
+                        "a comma list evaluates each candidate under each, side by side in one table")
     p.add_argument("--level", type=int, help="only this KernelBench level")
     p.add_argument("--kb-tolerance", choices=("current", "v0"), default=None,
                    help="KernelBench's rule: current (fp32 atol=rtol=1e-4) or v0 (1e-2, as its published v0 "
@@ -66,7 +73,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arch", action="append", default=[], metavar="ARCH",
                    help="static-verification target(s) (default sm_90a and sm_100a)")
     p.add_argument("--baselines", default="eager,compile,vendor",
-                   help="comma list of eager, compile, vendor (default all three)")
+                   help="comma list of eager, compile, vendor, cudnn_frontend (cuDNN frontend SDPA graph, "
+                        "attention tasks that declare META sdpa), torch_sdpa (PyTorch's fused SDPA op, same tasks); "
+                        "default eager,compile,vendor")
     p.add_argument("--graphs", action="store_true", help="time CUDA-graph replays (launch-bound problems)")
     p.add_argument("--sanitizer", choices=("memcheck", "racecheck"),
                    help="also run each candidate's correctness pass under compute-sanitizer")
@@ -143,14 +152,30 @@ def _verify(task: Any, path: Path, arch: str) -> tuple[bool | None, dict[str, An
     return bool(rep.passed), rep.to_dict()
 
 
-def _job(task: Any, cand: Any, args: argparse.Namespace, device: str, baselines: list[str]) -> Job:
+def _profiles(args: argparse.Namespace) -> list[str]:
+    from kernelpro.harness.profiles import get_profile
+
+    names = [n.strip() for n in str(getattr(args, "profile", None) or "kernelpro").split(",") if n.strip()]
+    for n in names:
+        get_profile(n)
+    if not names or len(set(names)) != len(names):
+        raise KernelProError(f"--profile {args.profile!r}: name each profile once (kernelpro, ptxbench)")
+    return names
+
+
+def _job(task: Any, cand: Any, args: argparse.Namespace, device: str, baselines: list[str],
+         profile: str = "kernelpro") -> Job:
+    from kernelpro.harness.profiles import get_profile
+
+    prof = get_profile(profile)
     return Job(task_path=str(task.path), task_suite=task.suite, task_key=task.key,
                candidate_path=str(cand.path), candidate_hash=cand.hash, device=device,
                sizes=args.sizes, trials=args.trials, baselines=tuple(baselines), graphs=args.graphs,
                energy=args.energy, timeout_s=args.timeout, check_only=False,
-               # the headline is isolated (each kernel alone at the power cap, as PTXBench and KernelBench time
-               # kernels); interleaved (both sides at one clock) is stored beside it
-               protocols=("isolated", "interleaved"),
+               # kernelpro: the headline is isolated (each kernel alone at the power cap, as PTXBench and
+               # KernelBench time kernels), interleaved (both sides at one clock) stored beside it;
+               # ptxbench: PTXBench's own schedule
+               protocols=prof.protocols, steady=prof.steady, profile=profile,
                kb_tolerance=getattr(args, "kb_tolerance", None) or "current")
 
 
@@ -167,7 +192,8 @@ class Item:
     path: Path
     built: bool = False          # a build record exists (this run or resumed)
     verified: bool = False
-    evaluated: bool = False
+    evaluated: bool = False      # under every profile of the run
+    done_profiles: set[str] | None = None
 
 
 def build_workers(n: int, requested: int | None = None) -> int:
@@ -255,6 +281,7 @@ def main(args: argparse.Namespace) -> int:
     from kernelpro.static.compile import check_target
 
     archs = [check_target(a) for a in args.arch] or list(STATIC_ARCHS)
+    profiles = _profiles(args)
     kb_tol = getattr(args, "kb_tolerance", None)
     suite, tasks = _resolve_tasks(args.suite, args.task, args.path, args.level, kb_tol)
     # Solution files are found (and a bad --solutions refused) before a run is created.
@@ -306,7 +333,9 @@ def main(args: argparse.Namespace) -> int:
         have_archs = {v["arch"] for v in store.results("verifications", cid)}
         it.verified = set(archs) <= have_archs
         it.built = bool(store.results("builds", cid))
-        it.evaluated = any(not str(e["arch"] or "").startswith("sanitizer") for e in store.results("evaluations", cid))
+        it.done_profiles = {e["payload"].get("profile") or "kernelpro" for e in store.results("evaluations", cid)
+                            if not str(e["arch"] or "").startswith("sanitizer")}
+        it.evaluated = set(profiles) <= it.done_profiles
         items.append(it)
         if device != "none" and cand.kind != "py":
             notes.append(f"{task.name}: raw .{cand.kind} candidate, verified statically only (no ModelNew to run)")
@@ -318,7 +347,7 @@ def main(args: argparse.Namespace) -> int:
     eval_ids = {it.cid for it in to_eval}
     skipped = {"builds": sum(it.built for it in items if it.cand.kind == "py" and do_build),
                "verifications": sum(it.verified for it in items),
-               "evaluations": sum(it.evaluated for it in to_eval)}
+               "evaluations": sum(len((it.done_profiles or set()) & set(profiles)) for it in to_eval)}
     n_workers = build_workers(len(items), args.build_jobs)
     compile_jobs = max(1, (os.cpu_count() or 1) // n_workers)
     lanes_desc = "Ray cluster" if args.ray else (f"{len(gpu_ids)} GPU lane(s)" if device == "cuda" else f"{device} lane")
@@ -335,7 +364,7 @@ def main(args: argparse.Namespace) -> int:
                       TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=console,
                       transient=True, disable=not tty) as progress:
             cbar = progress.add_task("build+verify", total=len(items))
-            gbar = progress.add_task("evaluate", total=len(to_eval)) if to_eval else None
+            gbar = progress.add_task("evaluate", total=len(to_eval) * len(profiles)) if to_eval else None
             lanes: Any = None
             if to_eval:
                 done_cb = lambda key, r: events.put(("gpu", key, r))  # noqa: E731 - lane threads only queue it
@@ -354,8 +383,10 @@ def main(args: argparse.Namespace) -> int:
             def submit_gpu(it: Item) -> None:
                 nonlocal gpu_left
                 if lanes is not None and it.cid in eval_ids and not it.evaluated:
-                    lanes.submit(it.cid, _job(it.task, it.cand, args, device, baselines))
-                    gpu_left += 1
+                    for prof in profiles:
+                        if prof not in (it.done_profiles or set()):
+                            lanes.submit((it.cid, prof), _job(it.task, it.cand, args, device, baselines, prof))
+                            gpu_left += 1
                 elif gbar is not None and it.cid in eval_ids:
                     progress.advance(gbar)   # evaluated before the resume
 
@@ -370,6 +401,8 @@ def main(args: argparse.Namespace) -> int:
                         fut.add_done_callback(lambda f, c=it.cid: events.put(("cpu", c, f)))
                 while cpu_left or gpu_left:
                     kind, cid, payload = events.get()
+                    if isinstance(cid, tuple):   # a GPU job's key: (candidate, profile)
+                        cid = cid[0]
                     it = by_cid[cid]
                     if kind == "cpu":
                         cpu_left -= 1
@@ -397,12 +430,14 @@ def main(args: argparse.Namespace) -> int:
                             raise payload
                         r: Result = payload
                         store.record("evaluations", cid, r.ok, r.to_dict(), arch=run_arch or device)
-                        it.evaluated = True
+                        it.done_profiles = {*(it.done_profiles or set()), r.profile or "kernelpro"}
+                        it.evaluated = set(profiles) <= it.done_profiles
                         assert gbar is not None
                         progress.update(gbar, description=f"evaluate {it.task.name}: {r.reason or 'ok'}", advance=1)
                         if not tty:
                             ms = r.candidate_ms
-                            print(f"[gpu {n_gpu}/{len(to_eval) - skipped['evaluations']}] {it.task.name}: "
+                            print(f"[gpu {n_gpu}/{len(to_eval) * len(profiles) - skipped['evaluations']}] {it.task.name}"
+                                  + (f" [{r.profile}]" if len(profiles) > 1 else "") + ": "
                                   f"{r.reason or 'ok'}" + (f" {ms:.4g} ms" if ms is not None else "")
                                   + f" ({(r.worker or {}).get('wall_s', 0):.1f}s)", file=out, flush=True)
             finally:
@@ -414,7 +449,7 @@ def main(args: argparse.Namespace) -> int:
 
                 todo = [it for it in to_eval if not any(str(e["arch"] or "").startswith("sanitizer")
                                                         for e in store.results("evaluations", it.cid))]
-                san_jobs = [dataclasses.replace(_job(it.task, it.cand, args, device, baselines), check_only=True,
+                san_jobs = [dataclasses.replace(_job(it.task, it.cand, args, device, baselines, profiles[0]), check_only=True,
                                                 timing=False) for it in todo]
 
                 def on_san(i: int, r: Result) -> None:
@@ -430,11 +465,12 @@ def main(args: argparse.Namespace) -> int:
         beat.stop()
         store.set_run_status(run_id, status)
 
-    report = build_report(store, run_id, rows, archs, run_arch, baselines)
+    report = build_report(store, run_id, rows, archs, run_arch, baselines, profiles)
     if device == "none" and not args.build_only:
         skipped_line = no_gpu_line(no_gpu_reason(), archs, report["rows"])
     report.update(run_id=run_id, suite=suite, device=label, notes=notes, skipped=skipped_line,
-                  tolerance=tolerance_lines(tasks, kb_tol),
+                  tolerance=tolerance_lines(tasks, kb_tol, profiles),
+                  profiles=profiles,
                   degenerate=sorted(k for k, d in degenerate.items() if d["status"] == "degenerate"),
                   not_checked=sorted(k for k, d in degenerate.items() if d["status"] == "not_checked"))
     if args.json:
@@ -444,22 +480,26 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def tolerance_lines(tasks: list[Any], profile: str | None) -> list[str]:
+def tolerance_lines(tasks: list[Any], kb_profile: str | None, profiles: list[str] | tuple[str, ...] = ("kernelpro",)
+                    ) -> list[str]:
     """One entry per distinct tolerance; where tasks differ, each names the tasks judged by it, so a reader
     of a mixed-dtype table can tell which rule each row was held to."""
     groups: dict[str, list[str]] = {}
     for t in tasks:
-        groups.setdefault(_tolerance_text(t, profile), []).append(t.name)
+        for p in profiles:
+            groups.setdefault(_tolerance_text(t, kb_profile, p), []).append(t.name)
     if len(groups) == 1:
         return list(groups)
-    return [f"{text} for {', '.join(sorted(names))}"
+    return [f"{text} for {', '.join(sorted(set(names)))}"
             for text, names in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
 
 
-def _tolerance_text(task: Any, profile: str | None) -> str:
+def _tolerance_text(task: Any, kb_profile: str | None, profile: str = "kernelpro") -> str:
+    from kernelpro.harness.profiles import apply
     from kernelpro.suites.kernelbench import tolerance_text
 
-    return tolerance_text(task, profile)
+    text = tolerance_text(apply(task, profile), kb_profile)
+    return text if profile == "kernelpro" else f"{text} [profile {profile}]"
 
 
 def _degeneracy(tasks: list[Any], args: argparse.Namespace, console: Any) -> dict[str, dict[str, Any]]:

@@ -29,8 +29,13 @@ def features_cell(vers: list[dict[str, Any]]) -> tuple[str, bool | None]:
 
 
 def build_report(store: Any, run_id: int, rows: dict[str, dict[str, Any]], archs: list[str], run_arch: str | None,
-                 baselines: list[str]) -> dict[str, Any]:
-    """Per-task rows and suite metrics from what the store holds for this run (also used by --resume)."""
+                 baselines: list[str], profiles: list[str] | None = None) -> dict[str, Any]:
+    """Per-task rows and suite metrics from what the store holds for this run (also used by --resume).
+
+    With several evaluation profiles each task has one row per profile (the first profile's rows make the
+    suite metrics); every row names its profile."""
+    profiles = list(profiles or ["kernelpro"])
+    rows = {(key, p): row for key, row in rows.items() for p in profiles}
     from kernelpro.results.facts import arch_counts, candidate_facts, verdict, verdict_label
     from kernelpro.results.metrics import Outcome, per_task, summarize
     from kernelpro.results.record import Result
@@ -38,7 +43,7 @@ def build_report(store: Any, run_id: int, rows: dict[str, dict[str, Any]], archs
     out_rows = []
     outcomes = []
     all_facts = []
-    for key, row in rows.items():
+    for (key, profile), row in rows.items():
         cid = row["cid"]
         # The read-model the HTML report uses too: per-target compile and feature verdicts, and the verdict.
         facts = candidate_facts(store, store.candidate(cid))
@@ -51,7 +56,8 @@ def build_report(store: Any, run_id: int, rows: dict[str, dict[str, Any]], archs
             for v in vers:
                 if v["arch"] == run_arch:
                     feat_ok = v["payload"].get("features_ok")
-        evals = [e for e in store.results("evaluations", cid) if not str(e["arch"] or "").startswith("sanitizer")]
+        evals = [e for e in store.results("evaluations", cid) if not str(e["arch"] or "").startswith("sanitizer")
+                 and (e["payload"].get("profile") or "kernelpro") == profile]
         ev = Result.from_dict(evals[-1]["payload"]) if evals else None
         san = [e for e in store.results("evaluations", cid) if str(e["arch"] or "").startswith("sanitizer")]
         r: dict[str, Any] = {"task": key, "candidate_id": cid, "features": feat_cell, "features_ok": feat_ok,
@@ -62,7 +68,7 @@ def build_report(store: Any, run_id: int, rows: dict[str, dict[str, Any]], archs
                              "executed_ok": None, "executed": {}, "correct_with_arch": None,
                              "archs": {a: {**dataclasses.asdict(x), "cell": x.cell} for a, x in facts.per_arch.items()},
                              "verdict": verdict_label(verdict(facts, baseline=baselines[0] if baselines else None)),
-                             "protocol": None, "fidelity": []}
+                             "protocol": None, "fidelity": [], "profile": profile}
         primary = [v for v in vers if v["arch"] == (run_arch or archs[0])]
         if ev is None and primary and "compiled" in primary[-1]["payload"]:
             # No run (no GPU): the static nvcc compile for the primary target is the compile verdict.
@@ -98,6 +104,8 @@ def build_report(store: Any, run_id: int, rows: dict[str, dict[str, Any]], archs
         if r["degenerate"] and r["correct"]:
             r["reason"] = "degenerate_problem"
         out_rows.append(r)
+        if profile != profiles[0]:
+            continue   # the suite metrics count each task once, under the first profile
         outcomes.append(Outcome(task=key, compiled=r["compiled"], correct=r["correct"] if ev is not None else None,
                                 features_ok=feat_ok, candidate_ms=r["time_ms"], baseline_ms=r["baseline_ms"],
                                 floor_ms=r["floor_ms"], correct_with_arch=r["correct_with_arch"],
@@ -105,7 +113,8 @@ def build_report(store: Any, run_id: int, rows: dict[str, dict[str, Any]], archs
     main_base = baselines[0] if baselines else "eager"
     summary = {b: summarize(outcomes, b) for b in baselines} or {"eager": summarize(outcomes)}
     return {"rows": out_rows, "summary": summary, "per_task": per_task(outcomes, main_base),
-            "main_baseline": main_base, "per_arch": arch_counts(all_facts), "archs": list(archs)}
+            "main_baseline": main_base, "per_arch": arch_counts(all_facts), "archs": list(archs),
+            "profiles": profiles}
 
 
 def summary_lines(report: dict[str, Any]) -> list[str]:
@@ -233,28 +242,34 @@ def print_report(console: Any, report: dict[str, Any], baselines: list[str]) -> 
 
     archs = report.get("archs") or []
     title = f"kernelpro bench: run {report['run_id']} ({report['suite']}; {report['device']})"
-    cols = [Col("task", ident=True), *(Col(a) for a in archs), Col("correct s/h"), Col("with arch"), Col("verdict")]
+    several = len(report.get("profiles") or []) > 1
+    cols = [Col("task", ident=True), *([Col("profile")] if several else []), *(Col(a) for a in archs),
+            Col("correct s/h"), Col("with arch"), Col("verdict")]
     rows = []
     for r in report["rows"]:
         v = r.get("verdict") or "-"
         if r["reason"] and r["reason"] not in v:
             v = f"{v}: {r['reason']}"
         style = "green" if v == "pass" else ("red" if v not in ("not run", "-") else "")
-        rows.append([r["task"].split("/")[-1], *(_arch_cell(r["archs"].get(a)) for a in archs),
+        rows.append([r["task"].split("/")[-1], *([r.get("profile") or "kernelpro"] if several else []),
+                     *(_arch_cell(r["archs"].get(a)) for a in archs),
                      f"{yn(r['correct_shown'])}/{yn(r['correct_heldout'])}", yn(r["correct_with_arch"]),
                      f"[{style}]{v}[/]" if style else v])
     # Columns nothing was judged for (no GPU: correctness, with arch) are left out.
-    keep = [i for i, _ in enumerate(cols) if i <= len(archs) or any(row[i] not in ("-", "-/-") for row in rows)]
+    keep = [i for i, _ in enumerate(cols) if i <= len(archs) + several
+            or any(row[i] not in ("-", "-/-") for row in rows)]
     print_table(console, title, [cols[i] for i in keep], [[row[i] for i in keep] for row in rows])
     timed = [r for r in report["rows"] if r["time_ms"] is not None]
     if timed:
-        tcols = [Col("task", ident=True), Col("ms"), *(Col(f"{b} ms") for b in baselines),
+        tcols = [Col("task", ident=True), Col("profile"), Col("ms"), *(Col(f"{b} ms") for b in baselines),
                  *(Col(f"x {b}") for b in baselines), Col("TFLOP/s"), Col("GB/s"), Col("J/call")]
-        trows = [[r["task"].split("/")[-1], fmt(r["time_ms"]), *[fmt(r["baseline_ms"].get(b)) for b in baselines],
+        trows = [[r["task"].split("/")[-1], r.get("profile") or "kernelpro", fmt(r["time_ms"]),
+                  *[fmt(r["baseline_ms"].get(b)) for b in baselines],
                   *[fmt(r["speedup"].get(b), ".2f") for b in baselines], fmt(r["tflops"]), fmt(r["gbps"]),
                   fmt(r["energy_j"].get("candidate"))] for r in timed]
         tkeep = [i for i, _ in enumerate(tcols) if i == 0 or any(row[i] != "-" for row in trows)]
-        print_table(console, "timings (median ms per call; x = baseline time / candidate time)",
+        print_table(console, "timings (median ms per call, ptxbench: mean of 3 trial medians; x = baseline time / "
+                             "candidate time, against the baseline its column names)",
                     [tcols[i] for i in tkeep], [[row[i] for i in tkeep] for row in trows])
     print_fidelity(console, report)
     causes: dict[str, list[str]] = {}

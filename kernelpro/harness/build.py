@@ -85,7 +85,7 @@ def builds_extensions(candidate_path: str | Path) -> bool:
         src = Path(candidate_path).read_text()
     except (OSError, UnicodeDecodeError):
         return False
-    return any(k in src for k in ("cpp_extension", "load_inline", "spec_from_file_location"))
+    return any(k in src for k in ("cpp_extension", "load_inline", "spec_from_file_location", "FfiCandidate"))
 
 
 def cached_build(candidate_hash: str, cache_dir: str | Path | None = None) -> Build | None:

@@ -136,9 +136,11 @@ class Check:
 class Evaluator(CorrectnessChecks, TimingStage):
     def __init__(self, cfg: EvalConfig):
         self.cfg = cfg
+        from kernelpro.harness.profiles import apply
         from kernelpro.suites.suite import get_suite
 
-        self.task: Task = get_suite(cfg.task_suite).task_from_file(cfg.task_path, cfg.kb_tolerance)
+        # the run's evaluation profile decides the tolerance (ptxbench: PTXBench's rule) for every suite
+        self.task: Task = apply(get_suite(cfg.task_suite).task_from_file(cfg.task_path, cfg.kb_tolerance), cfg.profile)
         self.device = cfg.device
         self.on_gpu = cfg.device.startswith("cuda")
         self.checks: dict[str, Check] = {}
@@ -147,7 +149,8 @@ class Evaluator(CorrectnessChecks, TimingStage):
         self.result: dict[str, Any] = {"schema": 1, "task": self.task.key, "candidate": self.cand_path,
                                        "device": cfg.device, "compiled": False, "correct": False,
                                        "correct_shown": None, "correct_heldout": None,
-                                       "tolerance": {**self.task.tolerance, "rule": self._tolerance_rule()}}
+                                       "tolerance": {**self.task.tolerance, "rule": self._tolerance_rule()},
+                                       "profile": cfg.profile}
         self._ref_ops: dict[str, set[str]] = {}
         # what the checked calls did, per size key: kernel names per call (GPU) and ops (both)
         self._checked_kernels: dict[str, list[tuple[str, ...]]] = {}

@@ -44,6 +44,9 @@ class EvalConfig:
     rivals: tuple[dict[str, str], ...] = ()
     # KernelBench tasks: which of its tolerance rules judges them, "current" (fp32 1e-4) or "v0" (1e-2).
     kb_tolerance: str = "current"
+    # The named evaluation profile (kernelpro.harness.profiles): KernelPro's own, or PTXBench's tolerance
+    # and timing schedule; recorded in every result.
+    profile: str = "kernelpro"
 
     def __post_init__(self) -> None:
         # The worker runs in its own folder: relative paths would point nowhere there.
@@ -55,8 +58,8 @@ class EvalConfig:
             raise KernelProError(f"job: baselines must be a list of names, not {self.baselines!r}")
         object.__setattr__(self, "baselines", tuple(self.baselines))
         if isinstance(self.protocols, str) or not self.protocols or any(
-                p not in ("interleaved", "isolated") for p in self.protocols) or len(set(self.protocols)) != len(self.protocols):
-            raise KernelProError(f"job: protocols must name interleaved and/or isolated once each, not {self.protocols!r}")
+                p not in ("interleaved", "isolated", "ptxbench") for p in self.protocols) or len(set(self.protocols)) != len(self.protocols):
+            raise KernelProError(f"job: protocols must name interleaved, isolated or ptxbench once each, not {self.protocols!r}")
         object.__setattr__(self, "protocols", tuple(self.protocols))
         if self.windows < 1:
             raise KernelProError(f"job: windows must be at least 1, not {self.windows}")
@@ -66,6 +69,10 @@ class EvalConfig:
         object.__setattr__(self, "rivals", tuple(dict(r) for r in self.rivals))
         if self.kb_tolerance not in ("current", "v0"):
             raise KernelProError(f"job: kb_tolerance={self.kb_tolerance!r} is not one of current, v0")
+        from kernelpro.harness.profiles import PROFILES
+
+        if self.profile not in PROFILES:
+            raise KernelProError(f"job: profile={self.profile!r} is not one of {', '.join(PROFILES)}")
         if self.trials < 1:
             raise KernelProError(f"job: trials must be at least 1, not {self.trials}")
 

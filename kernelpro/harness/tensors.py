@@ -76,8 +76,9 @@ def fingerprint(t: torch.Tensor) -> tuple:
             tuple(b[-16:].tolist()))
 
 
-def error_stats(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float]) -> dict[str, Any]:
-    """Elementwise atol/rtol and relative-norm error, in float64; NaN/Inf and poison counted separately."""
+def error_stats(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, Any]) -> dict[str, Any]:
+    """Elementwise atol/rtol and relative-norm error, in float64; NaN/Inf and poison counted separately.
+    `tol["elementwise"] == "abs_and_rel"` (the ptxbench profile) applies PTXBench's elementwise rule."""
     poison = poison_mask(out) & ~poison_mask(ref)
     o = out.detach().to(torch.float64)
     r = ref.detach().to(torch.float64)
@@ -85,7 +86,12 @@ def error_stats(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float]) -> 
     nonfinite = (~torch.isfinite(o)) & ref_finite & ~poison
     both = ref_finite & torch.isfinite(o)
     diff = torch.where(both, (o - r).abs(), torch.zeros_like(o))
-    bad = (diff > tol["atol"] + tol["rtol"] * r.abs()) | (~torch.isfinite(o) & ref_finite)
+    if tol.get("elementwise") == "abs_and_rel":
+        # PTXBench's rule: wrong only where both the absolute and the relative error are past their bound
+        within = (diff <= tol["atol"]) | (diff / (r.abs() + 1e-8) <= tol["rtol"])
+        bad = ~within & both | (~torch.isfinite(o) & ref_finite)
+    else:
+        bad = (diff > tol["atol"] + tol["rtol"] * r.abs()) | (~torch.isfinite(o) & ref_finite)
     rn = torch.where(ref_finite, r, torch.zeros_like(r))
     denom = float(torch.linalg.vector_norm(rn)) or 1e-30
     rel = float(torch.linalg.vector_norm(diff)) / denom

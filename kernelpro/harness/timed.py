@@ -233,7 +233,16 @@ class TimingStage:
                 with torch.no_grad(), ctx():
                     ref_model(*args)
             return vendor
-        raise ValueError(f"unknown baseline {name!r} (eager, compile, vendor)")
+        if name in ("cudnn_frontend", "torch_sdpa"):
+            from kernelpro.harness.sdpa import BASELINES as SDPA
+
+            sdpa = self.task.sdpa
+            if not sdpa:
+                raise ValueError(f"{name} applies to attention tasks that declare META sdpa; this one does not")
+            if not self.on_gpu:
+                raise ValueError(f"{name} runs on a GPU only")
+            return SDPA[name](sdpa["direction"], bool(sdpa["causal"]), list(args))
+        raise ValueError(f"unknown baseline {name!r} (eager, compile, vendor, cudnn_frontend, torch_sdpa)")
 
     def _vendor_context(self) -> Any:
         b = self.task.baseline.lower()

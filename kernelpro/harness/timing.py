@@ -18,6 +18,12 @@ Protocols (named in every stored timing):
   function), so each runs at the clock its own power draw allows at the cap, and slow thermal drift
   falls on every function alike. This is how PTXBench and KernelBench (and `do_bench`) time kernels:
   throughput at the power cap. `bench` reports vendor ratios under both and headlines this one.
+- `ptxbench`: PTXBench's (FlashInfer-Bench's) own schedule, for `--profile ptxbench`: each function alone,
+  `PTXBENCH_TRIALS` trials of `PTXBENCH_WARMUP` untimed calls then `PTXBENCH_ITERS` timed calls, each
+  after an L2 flush (their cold L2); a trial's figure is the median of its calls and the function's is the
+  mean over trials (`median_ms` holds it, `trials_ms` the trial medians). No steady-state settle (they
+  warm up by count only). They read each call's time from CUPTI's kernel activity; here it is CUDA events
+  around the call, as for every protocol (the timed-call check compares them with the activity record).
 
 NVML telemetry (clocks, power, temperature, throttle reasons, energy) is sampled over every timing
 window by a background thread (`telemetry.Sampler`); where NVML is missing the record says why.
@@ -33,6 +39,7 @@ change what we measure (the evaluator also flags the patch).
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import math
 import statistics
 import time
@@ -54,7 +61,9 @@ from kernelpro.harness.telemetry import (
 )
 
 _perf_counter = time.perf_counter
-PROTOCOLS = ("interleaved", "isolated")
+PROTOCOLS = ("interleaved", "isolated", "ptxbench")
+# PTXBench's defaults (FlashInfer-Bench's BenchmarkConfig: warmup_runs, iterations, num_trials).
+PTXBENCH_WARMUP, PTXBENCH_ITERS, PTXBENCH_TRIALS = 10, 50, 3
 
 try:  # bound before any candidate import; torch is optional for the pure-stats helpers
     import torch as _torch
@@ -82,6 +91,7 @@ class TimingStats:
     n: int
     method: str  # cuda_events | cuda_graph | perf_counter
     protocol: str = "interleaved"
+    trials_ms: list[float] = field(default_factory=list)   # ptxbench: each trial's median
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -322,6 +332,8 @@ def time_protocol(fns: dict[str, Callable[[], Any]], device: str = "cuda", proto
         raise KernelProError(f"timing: nvml={nvml!r}; pass 'auto', None or an NVML device")
     dev: Nvml | None = None if isinstance(nvml, str) else nvml
     r = _Runner(fns, device, flush_l2, graphs, before, after)
+    if protocol == "ptxbench":
+        return _ptxbench(r, dev, why, sample_period_s)
     est = r.estimate(warmup_ms)
     if steady is None:
         st = settle(r.burst(est), None, fallback_s=warmup_ms / 1e3, reason="steady state not asked for")
@@ -352,6 +364,36 @@ def time_protocol(fns: dict[str, Callable[[], Any]], device: str = "cuda", proto
     return TimingRun("isolated", {k: summarize(v, r.method[k], "isolated") for k, v in got.items()},
                      {k: s.telemetry() for k, s in samplers.items()}, st, order, r.notes,
                      {k: reps_of[k] * windows for k in names})
+
+
+def _ptxbench(r: _Runner, dev: Nvml | None, why: str | None, sample_period_s: float,
+              warmup: int = PTXBENCH_WARMUP, iters: int = PTXBENCH_ITERS, trials: int = PTXBENCH_TRIALS) -> TimingRun:
+    """PTXBench's schedule (module doc): per function, trials of warm-up calls then flushed, timed calls."""
+    names = list(r.run)
+    stats: dict[str, TimingStats] = {}
+    samplers = {k: Sampler(dev, sample_period_s, why) for k in names}
+    t0 = _perf_counter()
+    for name in names:
+        fn = r.run[name]
+        medians: list[float] = []
+        every: list[float] = []
+        with samplers[name]:
+            for _ in range(trials):
+                for _ in range(warmup):
+                    fn()
+                r.sync()
+                got = r.timed([name] * iters)[name]
+                medians.append(statistics.median(got))
+                every += got
+        st = summarize(every, r.method[name], "ptxbench")
+        stats[name] = dataclasses.replace(st, median_ms=statistics.fmean(medians), trials_ms=medians)
+    steady = SteadyState(criterion={"rule": "ptxbench", "warmup_calls": warmup}, settled=None,
+                         seconds=_perf_counter() - t0,
+                         outcome=f"no settle: {warmup} untimed calls before each of {trials} trials (PTXBench)")
+    notes = {**r.notes, "ptxbench": f"{trials} trials x {iters} calls after {warmup} warm-ups, L2 flushed before "
+                                    "each call; median per trial, mean over trials; CUDA events (PTXBench: CUPTI)"}
+    return TimingRun("ptxbench", stats, {k: s.telemetry() for k, s in samplers.items()}, steady, names, notes,
+                     {k: trials * iters for k in names})
 
 
 def time_interleaved(fns: dict[str, Callable[[], Any]], device: str = "cuda", *, warmup_ms: float = 25.0,

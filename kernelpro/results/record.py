@@ -54,6 +54,7 @@ class Result:
     timing: dict[str, Any] | None = None                # {"size", "stats": {name: {"median_ms", ...}}, "notes"}
     speedup: dict[str, float] = field(default_factory=dict)    # baseline -> baseline ms / candidate ms
     tolerance: dict[str, Any] | None = None             # atol, rtol and the rule they came from
+    profile: str | None = None                          # the evaluation profile (kernelpro | ptxbench)
     reference_change: dict[str, float] | None = None    # per size: the reference's max move between draws
     protocols: dict[str, Any] | None = None             # {protocol: its timing run} (interleaved, isolated)
     rivals: dict[str, Any] | None = None

@@ -119,6 +119,18 @@ try:  # CuPy's NVRTC kernels are captured the same way, where CuPy is installed
     _cupy.RawModule = _raw_module
 except Exception:  # noqa: BLE001 - no CuPy (or no driver for it): nothing of CuPy to capture
     pass
+def _tvm_ffi(name, sources, entry="run", include_dirs=()):
+    # kernelpro.suites.tvmffi.build_module: a TVM-FFI solution's sources, compiled here for each target
+    from kernelpro.suites import tvmffi as _tf
+    ffi = _tf.ffi_paths()
+    captured.append({"call": "tvm_ffi", "name": str(name), "sources": {str(k): str(v) for k, v in sources.items()},
+                     "flags": list(_tf.BASE_FLAGS), "include_dirs": [*ffi.include, *map(str, include_dirs)]})
+    return _Extension(str(name))
+try:  # TVM-FFI solutions (FlashInfer-Trace suites) build through KernelPro's own builder
+    import kernelpro.suites.tvmffi as _kp_tvmffi
+    _kp_tvmffi.build_module = _tvm_ffi
+except ImportError:  # kernelpro not importable in this interpreter: no TVM-FFI candidates to capture
+    pass
 ce.load_inline = load_inline
 ce.load = load
 try:
@@ -176,11 +188,13 @@ def extract_sources(candidate_path: str | Path, timeout: float = 120, arch: str 
         raise KernelProError(f"candidate {path}: expected a .py (ModelNew), .cu or .ptx file")
     with tempfile.TemporaryDirectory(prefix="kp_capture_") as tmp:
         out = Path(tmp) / "captured.json"
-        env = {**os.environ, TARGET_ARCH_ENV: arch} if arch else None
         try:
-            fin = sandbox.run([sys.executable, "-c", _CAPTURE, str(path.resolve()), str(out)],
-                              cwd=path.resolve().parent, timeout_s=timeout, gpu=sandbox.NO_GPU, writable=[Path(tmp)],
-                              env=env)
+            # kernelpro importable in the child as in the worker: generated candidates import it
+            env = {**os.environ, **({TARGET_ARCH_ENV: arch} if arch else {})}
+            env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2])] +
+                                                ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+            fin = sandbox.run([sys.executable, "-c", _CAPTURE, str(path.resolve()), str(out)], env=env,
+                              cwd=path.resolve().parent, timeout_s=timeout, gpu=sandbox.NO_GPU, writable=[Path(tmp)])
         except OSError as e:
             raise KernelProError(f"cannot run {sys.executable} to read candidate {path.name}: {e}") from None
         if fin.timed_out:
@@ -199,6 +213,15 @@ def extract_sources(candidate_path: str | Path, timeout: float = 120, arch: str 
         # -gencode/-arch are dropped: verification picks the target itself.
         flags = [*base_flags, f"-DTORCH_EXTENSION_NAME={cap['name']}", *filter_arch_flags(cap["flags"])]
         inc = [*note.get("include_dirs", []), *(str((path.parent / d).resolve()) for d in cap["include_dirs"])]
+        if cap["call"] == "tvm_ffi":
+            # every compiled unit of the solution, with its own folder's headers written beside it
+            units = {k: v for k, v in cap["sources"].items() if k.endswith((".cu", ".cpp", ".cc", ".cxx"))}
+            hdr = _header_dir(cap["sources"]) if len(cap["sources"]) > len(units) else None
+            for rel, text in units.items():
+                sources.append(CudaSource("cu", text, f"{path.name}:tvm_ffi({cap['name']}):{rel}",
+                                          list(cap["flags"]),
+                                          [*([hdr] if hdr else []), *cap["include_dirs"]]))
+            continue
         if cap["call"] in ("load_inline", "cupy"):
             if cap["cuda"].strip():
                 what = "load_inline" if cap["call"] == "load_inline" else "cupy.RawKernel"
@@ -266,6 +289,24 @@ def not_declared_cause(archs: dict[str, str], arch: str) -> Cause:
     short = f"{only} ({', '.join(uses)})" if uses else only
     line = f"{only}: {'uses ' + ', '.join(uses) + ' ' if uses else ''}(ARCHS: {', '.join(archs)}); not compiled for {arch}"
     return Cause(short, line)
+
+
+def _header_dir(files: dict[str, str]) -> str:
+    """A folder holding a solution's files (headers its units include), content-addressed in the cache."""
+    import hashlib
+
+    key = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:16]
+    d = paths.cache_dir("compile") / "tvm_ffi_sources" / key
+    if not d.is_dir():
+        tmp = d.with_name(d.name + ".tmp")
+        for rel, text in files.items():
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / rel).write_text(text)
+        try:
+            tmp.rename(d)
+        except OSError:   # another verifier wrote the same folder first
+            pass
+    return str(d)
 
 
 @dataclass

@@ -77,6 +77,11 @@ def tolerance_profile(name: str) -> bool:
 def tolerance_text(task: Task, profile: str | None = None) -> str:
     """One line naming the tolerance a task is judged by, e.g. ``atol=rtol=1e-4 (KernelBench current, fp32)``."""
     tol = task.tolerance
+    from kernelpro.harness.profiles import tolerance_text as profile_text
+
+    named = profile_text(tol)
+    if named:
+        return f"{named} ({task.dtype})"
     same = tol.get("atol") == tol.get("rtol")
     nums = f"atol=rtol={tol['atol']:g}" if same else f"atol={tol.get('atol'):g} rtol={tol.get('rtol'):g}"
     if task.suite == "kernelbench":

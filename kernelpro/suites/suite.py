@@ -1,15 +1,16 @@
 """What a suite is to the rest of KernelPro, so no stage branches on a suite's name.
 
 A `Suite` lists its tasks, reloads one task from its file (the worker gets only a path) and finds a
-task's solution in a folder. Two kinds exist: folders of task files (the shipped PTXBench suite, or any
-folder of KernelBench-format files with `META`) and KernelBench checkouts, whose files carry no `META`
-and take KernelBench's own evaluation settings. `get_suite` is the one place that tells them apart.
+task's solution in a folder. Three kinds exist: folders of task files (the shipped PTXBench suite, or
+any folder of KernelBench-format files with `META`), KernelBench checkouts, whose files carry no `META`
+and take KernelBench's own evaluation settings, and FlashInfer-Trace trace sets (PTXBench's own JSON
+definitions and JSONL workloads, `suites/flashinfer.py`). `get_suite` is the one place that tells them apart.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from kernelpro.errors import KernelProError
 from kernelpro.suites.task import Task, load_suite, load_task
@@ -89,8 +90,14 @@ def _no_rule(suite: str, tolerance: str | None) -> None:
                              "tolerance in META")
 
 
+def _flashinfer() -> Suite:
+    from kernelpro.suites.flashinfer import FlashInferSuite
+
+    return FlashInferSuite()
+
+
 # Suites with their own loader; every other name is a folder suite.
-NAMED: dict[str, type] = {"kernelbench": KernelBenchSuite}
+NAMED: dict[str, Any] = {"kernelbench": KernelBenchSuite, "flashinfer-trace": _flashinfer}
 
 
 def is_named(name: str) -> bool:

@@ -18,7 +18,8 @@ globals as written are the size that is timed. KernelPro's metadata is one modul
         "bytes": "2*(M*K + K*N + M*N)",
         "headline": False,
         "description": "C = A @ B in bf16 with fp32 accumulation.",
-    }
+        "sdpa": {"direction": "backward", "causal": False},   # attention only: enables the cudnn_frontend
+    }                                             # baseline (inputs Q, K, V[, O, dO, LSE], (B, H, S, D))
 
 ``META`` is read with ``ast.literal_eval`` so listing a suite never executes task code. A file
 without ``META`` (a plain KernelBench problem) gets defaults.
@@ -49,7 +50,7 @@ DEFAULT_TOLERANCE: dict[str, dict[str, float]] = {
 
 KNOWN_KEYS = {
     "name", "suite", "level", "dtype", "tolerance", "sizes", "features", "baseline", "forbid_ops",
-    "forbid_kernels", "flops", "bytes", "headline", "description",
+    "forbid_kernels", "flops", "bytes", "headline", "description", "sdpa",
 }
 ARCHS = ("sm_90a", "sm_100a")
 
@@ -73,6 +74,7 @@ class Task:
     bytes: str | None = None
     headline: bool = False
     description: str = ""
+    sdpa: dict[str, Any] = field(default_factory=dict)   # {"direction": forward|backward, "causal": bool}
 
     @property
     def key(self) -> str:
@@ -185,6 +187,10 @@ def load_task(path: str | Path, suite: str | None = None) -> Task:
     bad_arch = set(features) - set(ARCHS)
     if bad_arch:
         raise TaskError(f"{path}: META features names unknown arch(s) {sorted(bad_arch)}; known: {ARCHS}")
+    sdpa = meta.get("sdpa", {})
+    if not isinstance(sdpa, dict) or set(sdpa) - {"direction", "causal"} or (
+            sdpa and (sdpa.get("direction") not in ("forward", "backward") or not isinstance(sdpa.get("causal"), bool))):
+        raise TaskError(f"{path}: META sdpa must be {{'direction': 'forward'|'backward', 'causal': true|false}}")
     task = Task(
         name=str(meta.get("name", path.stem)),
         suite=str(meta.get("suite", suite or path.parent.name)),
@@ -203,6 +209,7 @@ def load_task(path: str | Path, suite: str | None = None) -> Task:
         bytes=meta.get("bytes"),
         headline=bool(meta.get("headline", False)),
         description=str(meta.get("description", "")),
+        sdpa=dict(sdpa),
     )
     for size in task.sizes():  # catch bad expressions at load time, not mid-run
         task.work(size)
