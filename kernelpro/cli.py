@@ -65,7 +65,9 @@ def _tasks_main(args: argparse.Namespace) -> int:
         tasks = [t for t in tasks if t.level == args.level]
         if not tasks:
             raise KernelProError(f"{args.suite} has no level-{args.level} tasks; drop --level to list them all")
-    refs = {t.key: (reference_solution(t) if t.suite != "kernelbench" else None) for t in tasks}
+    # a FlashInfer-Trace definition's reference is its own run() (`--solutions reference` runs it)
+    refs = {t.key: (t.path if t.suite == "flashinfer-trace" else
+                    reference_solution(t) if t.suite != "kernelbench" else None) for t in tasks}
     n_ref = sum(p is not None for p in refs.values())
     cols = [Col("task", ident=True), Col("lvl"), Col("ref"), Col("dtype"), Col("baseline"), Col("sizes s/h"),
             Col("sm_90a features"), Col("sm_100a features")] + ([Col("degenerate (change)")] if deg else [])
