@@ -222,6 +222,31 @@ def test_static_verdicts_from_the_solutions_own_cubin(tmp_path, variant, definit
     assert any("tvm_ffi" in s["label"] for s in rep.sources)
 
 
+@needs_build
+def test_verify_takes_a_kernel_cu_as_is(tmp_path, capsys):
+    sol = write_solutions(tmp_path / "sol", "simt")
+    rc = main(["verify", str(sol / "gemm_n256_k512" / "kernel.cu"), "--arch", "sm_90a", "--features", "wgmma",
+               "--json", "--db", str(tmp_path / "r.db")])
+    rep = json.loads(capsys.readouterr().out)
+    assert rc == 1 and rep["compiled"] and rep["features"] == {"wgmma": "absent"}
+
+
+@needs_build
+def test_bench_without_gpu_verifies_the_solutions_statically(tmp_path, capsys):
+    from kernelpro.toolchain import no_gpu_reason
+
+    if no_gpu_reason() is None:
+        pytest.skip("this machine has a GPU")
+    sol = write_solutions(tmp_path / "sol", "honest")
+    rc = main(["bench", SUITE, "--path", str(DATA), "--solutions", str(sol), "--arch", "sm_90a", "--json",
+               "--db", str(tmp_path / "r.db")])
+    assert rc == 0
+    rep = json.loads(capsys.readouterr().out)
+    rows = {r["task"].split("/")[-1]: r for r in rep["rows"]}
+    assert set(rows) == {"gemm_n256_k512", "mha_with_lse_d128_test"}   # the bwd definition has no solution
+    assert all(r["features_ok"] is True and r["compiled"] for r in rows.values())
+
+
 @pytest.mark.gpu
 @needs_build
 def test_bench_judges_the_three_gemm_solutions_on_the_gpu(tmp_path, capsys):

@@ -183,7 +183,13 @@ def extract_sources(candidate_path: str | Path, timeout: float = 120, arch: str 
             text = path.read_text(errors="replace")
         except OSError as e:
             raise KernelProError(f"cannot read candidate {path}: {e.strerror}") from None
-        return [CudaSource(suffix[1:], text, path.name)]
+        inc: list[str] = []
+        if suffix == ".cu" and "tvm/ffi/" in text:
+            # a TVM-FFI kernel.cu (PTXBench's solution form): apache-tvm-ffi's headers, as its build uses
+            from kernelpro.suites.tvmffi import ffi_paths
+
+            inc = list(ffi_paths().include)
+        return [CudaSource(suffix[1:], text, path.name, ["-std=c++17"] if inc else [], inc)]
     if suffix != ".py":
         raise KernelProError(f"candidate {path}: expected a .py (ModelNew), .cu or .ptx file")
     with tempfile.TemporaryDirectory(prefix="kp_capture_") as tmp:

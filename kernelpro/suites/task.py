@@ -18,8 +18,8 @@ globals as written are the size that is timed. KernelPro's metadata is one modul
         "bytes": "2*(M*K + K*N + M*N)",
         "headline": False,
         "description": "C = A @ B in bf16 with fp32 accumulation.",
-        "sdpa": {"direction": "backward", "causal": False},   # attention only: enables the cudnn_frontend
-    }                                             # baseline (inputs Q, K, V[, O, dO, LSE], (B, H, S, D))
+        "sdpa": {"direction": "backward", "causal": False},   # attention: the cudnn_frontend/torch_sdpa baselines
+    }
 
 ``META`` is read with ``ast.literal_eval`` so listing a suite never executes task code. A file
 without ``META`` (a plain KernelBench problem) gets defaults.
