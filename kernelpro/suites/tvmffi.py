@@ -43,8 +43,23 @@ class FfiPaths:
     libdir: str                # where libtvm_ffi.so is
 
 
+def _no_addon_build() -> None:
+    """Keep `import tvm_ffi` from JIT-building its optional torch DLPack addon (a compiler subprocess writing
+    to ~/.cache/tvm-ffi) inside a sandboxed candidate process: a torch that has the DLPack exchange API
+    natively needs no addon; one that lacks it takes tvm_ffi's plain DLPack path instead."""
+    try:
+        import torch
+
+        native = hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
+    except ImportError:
+        native = True   # no torch: tvm_ffi builds no torch addon
+    if not native:
+        os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")
+
+
 def ffi_paths() -> FfiPaths:
     """The headers and library of the installed apache-tvm-ffi; a one-line error naming the extra if absent."""
+    _no_addon_build()
     try:
         from tvm_ffi import libinfo
     except ImportError:
