@@ -18,7 +18,7 @@ void run(TensorView Q, TensorView K, TensorView V, TensorView O, TensorView LSE)
   cudaStream_t stream =
       static_cast<cudaStream_t>(TVMFFIEnvGetStream(Q.device().device_type, Q.device().device_id));
   const char* err = kp_attn_fwd_launch(Q.data_ptr(), K.data_ptr(), V.data_ptr(), O.data_ptr(),
-                                       static_cast<float*>(LSE.data_ptr()), bh, seq, 1.0f / sqrtf(128.0f), stream);
+                                       static_cast<float*>(LSE.data_ptr()), bh, seq, 128, 1.0f / sqrtf(128.0f), stream);
   if (err != nullptr) TVM_FFI_THROW(RuntimeError) << "hopper attention: " << err;
 }
 
