@@ -33,6 +33,10 @@ class EvalOutcome:
     stage: str = ""                           # compile | verify | correctness | gaming | timing | crash | ok
     flags: list[str] = field(default_factory=list)      # named anti-gaming flags
     diagnoses: str = ""                       # profiling advice text for the next expansion
+    # The same profile as records, for the LLM-free policy: the stage-two findings (advice mode:
+    # {tool, kernel, title, severity}) and the core metrics per kernel (raw and advice modes).
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    raw_metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
     compile_errors: str = ""
     verify_errors: str = ""
     missing_features: list[str] = field(default_factory=list)
@@ -267,7 +271,7 @@ class HarnessEvaluator:
             out.correct_with_arch, ev = self._executed(task, path, out.missing_features, rec)
             out.record["executed_evidence"] = ev
         if out.ok and self.feedback != "none":
-            out.diagnoses = self._advice(task, path)
+            self._advise(out, task, path)
         return out
 
     def _executed(self, task: Task, path: Path, missing: list[str],
@@ -285,13 +289,25 @@ class HarnessEvaluator:
         except Exception as e:  # noqa: BLE001 - no ncu / ncu refused: unknown, never a pass
             return None, {"error": f"{type(e).__name__}: {str(e)[:200]}"}
 
-    def _advice(self, task: Task, path: Path) -> str:
+    def _advise(self, out: EvalOutcome, task: Task, path: Path) -> None:
+        """Profile a working candidate: the text for a model, and the records for the parameter policy.
+        In raw mode the findings are withheld, as they are from the model's prompt."""
         try:
             from kernelpro.profile import profile_candidate
 
-            return profile_candidate(path, task, mode=self.feedback, arch=self.arch, system=False).text
+            res = profile_candidate(path, task, mode=self.feedback, arch=self.arch, system=False)
         except Exception as e:  # noqa: BLE001 - advice is optional; the search continues without it
-            return f"(profiling unavailable: {type(e).__name__}: {str(e)[:160]})"
+            out.diagnoses = f"(profiling unavailable: {type(e).__name__}: {str(e)[:160]})"
+            return
+        out.diagnoses = res.text
+        out.raw_metrics = {k: dict(v) for k, v in res.raw_metrics.items()}
+        if self.feedback == "advice":
+            out.findings = [finding_record(f) for f in res.findings]
+
+
+def finding_record(f: Any) -> dict[str, Any]:
+    """The part of a profile Finding the parameter policy reads (and the store keeps per node)."""
+    return {"tool": f.tool, "kernel": f.kernel, "title": f.title, "severity": f.severity}
 
 
 STAGE_OF = {"compile_error": "compile", "timeout": "timeout", "oom": "crash", "crash": "crash",

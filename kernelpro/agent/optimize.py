@@ -58,7 +58,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                    help="with --evaluator harness: 'cpu' runs pure-PyTorch candidates on the CPU (no profiling)")
     e.add_argument("--feedback", choices=("advice", "raw", "none"), default="advice",
-                   help="profiling feedback given to the next expansion")
+                   help="profiling feedback given to the next expansion: advice (the tools' findings; with --policy "
+                        "param they pick the knob moves through the template's ADVICE rules), raw (metrics only; "
+                        "param ranks moves by a fixed metric heuristic), none (no profiling; param moves blind)")
     e.add_argument("--baseline", default="eager", help="speedup baseline of the harness (eager|compile|vendor)")
     e.add_argument("--sizes", default="all", help="sizes checked for correctness: default|shown|heldout|all")
     e.add_argument("--energy", action="store_true", help="measure energy per call (implied by --objective energy/mix)")
@@ -175,6 +177,10 @@ def main(args: argparse.Namespace) -> int:
                              "one the best")
     if args.policy == "param" and args.protocol:
         raise KernelProError("--protocol ptxbench is a conversation with a model; it needs --policy llm")
+    if args.policy == "param" and not args.protocol:
+        from kernelpro.agent.policy_param import load_template
+
+        load_template(tasks[0], args.template)   # no template: one line now, before a run is recorded
     evaluator = make_evaluator(args, arch)
     from kernelpro.runargs import args_config
 
@@ -210,7 +216,8 @@ def _search(args: argparse.Namespace, console: Any, store: Any, run_id: int, tas
     if args.policy == "param":
         from kernelpro.agent.policy_param import ParamPolicy, load_template
 
-        policy: Any = ParamPolicy(load_template(task, args.template), start=parse_start(args.start))
+        policy: Any = ParamPolicy(load_template(task, args.template), start=parse_start(args.start),
+                                  feedback=args.feedback)
     else:
         from kernelpro.agent.policy_llm import LLMPolicy
 

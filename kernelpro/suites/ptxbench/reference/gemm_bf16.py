@@ -232,7 +232,31 @@ LADDERS = {
 DERIVED = {"PRODUCER_REGS": "CONSUMERS", "CONSUMER_REGS": "CONSUMERS"}   # knob -> what it follows
 FIXED = ("B_KMAJOR",)                          # the task's operand layout, not a tuning knob
 
-# (pattern in the profiling diagnoses, knob, direction, weight)
+# What each stage-two finding (kernelpro/profile/tools) argues for on this kernel's knobs:
+# (tool, regex over the finding's title, knob, direction, weight, why).
+ADVICE = [
+    ("occupancy", r"shared memory", "STAGES", -1, 2.0,
+     "each ring stage holds (BM+BN)*BK*2 bytes; fewer stages free shared memory for a second block"),
+    ("occupancy", r"shared memory", "BK", -1, 1.0, "a shorter K slab shrinks every stage"),
+    ("occupancy", r"registers", "BM", -1, 1.5, "fewer rows per consumer means fewer fp32 accumulators per thread"),
+    ("occupancy", r"grid too small", "BM", -1, 2.0, "smaller tiles make more output tiles, so more SMs get one"),
+    ("occupancy", r"grid too small", "BN", -1, 1.5, "smaller tiles make more output tiles, so more SMs get one"),
+    ("tail_effect", r"", "BN", -1, 2.0, "a narrower tile turns a partial last wave into more, fuller waves"),
+    ("tail_effect", r"", "BM", -1, 1.0, "a shorter tile turns a partial last wave into more, fuller waves"),
+    ("warp_stalls", r"barrier|long_scoreboard|mbarrier", "STAGES", +1, 2.0,
+     "consumers wait on the full barrier: a deeper TMA ring keeps more K slabs in flight ahead of them"),
+    ("warp_stalls", r"barrier|long_scoreboard", "BK", +1, 0.5, "longer K slabs: fewer barrier round trips per tile"),
+    ("spills", r"", "BM", -1, 2.0, "spilled accumulators: fewer rows per consumer thread"),
+    ("spills", r"", "CONSUMERS", +1, 1.0, "a second consumer warpgroup splits the accumulators"),
+    ("dram_bandwidth", r"", "GROUP_M", +1, 1.5, "a taller raster group reuses B tiles from L2 instead of DRAM"),
+    ("dram_bandwidth", r"", "CLUSTER_M", +1, 1.5, "a cluster multicasts the shared B tile: one DRAM read for 2-4 CTAs"),
+    ("tensor_core", r"busy only", "BN", +1, 1.5, "a wider wgmma N does more MMA work per operand byte staged"),
+    ("tensor_core", r"busy only", "STAGES", +1, 1.0, "operands arrive late: a deeper ring hides the TMA latency"),
+    ("bank_conflicts", r"", "BN", -1, 0.5, "the epilogue's shared staging of C rows is BN wide"),
+]
+
+# (pattern in the profiling diagnoses, knob, direction, weight): the text rules for stored advice
+# that predates finding records (see kernelpro.agent.policy_param).
 GUIDANCE = [
     (r"latency|stall|long.?scoreboard|barrier wait|mbarrier|pipeline|tma.*(wait|starv)|producer", "STAGES", +1, 2.0),
     (r"shared.?memory|smem|occupancy|blocks? per sm|too many resources", "STAGES", -1, 2.0),

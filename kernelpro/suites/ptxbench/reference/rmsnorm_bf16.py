@@ -185,6 +185,21 @@ LADDERS = {
     "ROW_STAGE_KB": [8, 16, 32, 48, 64],
     "ROW_CTAS_PER_SM": [0, 1, 2, 3, 4],
 }
+# What each stage-two finding argues for on the row pipeline's knobs (see gemm_bf16.ADVICE):
+# (tool, regex over the finding's title, knob, direction, weight, why).
+ADVICE = [
+    ("dram_bandwidth", r"", "ROW_STAGES", +1, 2.0, "bytes in flight per SM are ROW_STAGES x ROW_STAGE_KB: one more "
+     "stage keeps DRAM busier"),
+    ("dram_bandwidth", r"", "ROW_STAGE_KB", +1, 1.0, "bigger TMA boxes: more bytes per request in flight"),
+    ("warp_stalls", r"barrier|long_scoreboard|mbarrier", "ROW_STAGES", +1, 2.0,
+     "the team waits on the stage's mbarrier: a deeper ring has the next rows landed already"),
+    ("occupancy", r"shared memory", "ROW_STAGE_KB", -1, 2.0, "smaller stages let more CTAs share an SM"),
+    ("occupancy", r"shared memory", "ROW_STAGES", -1, 1.0, "a shallower ring frees shared memory"),
+    ("occupancy", r"grid too small", "ROW_STAGE_KB", -1, 1.5, "smaller row blocks: work spreads over more CTAs"),
+    ("tail_effect", r"", "ROW_STAGE_KB", -1, 1.5, "smaller row blocks even out the last wave of row blocks"),
+    ("launch_overhead", r"", "ROW_STAGE_KB", +1, 0.5, "a short launch pays its TMA ring fill once: fewer, larger boxes"),
+]
+
 GUIDANCE = [
     (r"latency|stall|long.?scoreboard|mbarrier|tma.*(wait|starv)", "ROW_STAGES", +1, 2.0),
     (r"shared.?memory|smem|occupancy", "ROW_STAGE_KB", -1, 1.5),
