@@ -64,6 +64,17 @@ def test_recorded_barrier_stall_deepens_the_ring(template):
         assert "warp_stalls" in prop.info["steer"]
 
 
+def test_every_recorded_finding_of_the_occupancy_plant_argues_the_same_way(template):
+    # Before the tools were made specific, the same profile also drew a long-scoreboard warp-stall
+    # finding whose rule (deeper ring) cancelled the occupancy rule (shallower ring).
+    findings = recorded_findings("low_occupancy")
+    assert {f["tool"] for f in findings} == {"occupancy", "dram_bandwidth"}
+    pol = ParamPolicy(template, feedback="advice")
+    for seed in range(6):
+        prop = pol.propose(ctx(template.params, EvalOutcome(True, speedup=1.0, findings=findings), seed))
+        assert prop.info["params"]["STAGES"] < 4, prop.what
+
+
 def test_a_finding_with_no_rule_does_not_steer(template):
     # launch overhead names no GEMM knob: the choice stays spread over the moves
     f = [{"tool": "launch_overhead", "kernel": "k", "title": "latency/launch-bound", "severity": "high"}]

@@ -322,11 +322,12 @@ class ParamPolicy:
             src = self.t.make_source(q)
             if source_hash(src) in ctx.seen:
                 continue
-            ranked.append((1.0 + w.get((key, d), 0.0) + ctx.rng.random(), key, d, q, src))
+            # The profile's weight decides; the seeded draw only breaks ties (and orders unargued moves).
+            ranked.append(((w.get((key, d), 0.0), ctx.rng.random()), key, d, q, src))
         if not ranked:
             return Proposal(None, reason="every valid one-step change of this node was already tried", exhausted=True)
-        ranked.sort(key=lambda r: -r[0])
-        score, key, d, q, src = ranked[0]
+        ranked.sort(key=lambda r: r[0], reverse=True)
+        _, key, d, q, src = ranked[0]
         guided = w.get((key, d), 0.0) > 0
         note = f" ({why[(key, d)]})" if (key, d) in why else (" (diagnosis-guided)" if guided else "")
         info = {"params": q, "guided": guided, "template": self.t.name, "feedback": self.feedback}

@@ -69,8 +69,11 @@ def counted_flops(p: KernelProfile) -> float:
 
 def tensor_instructions(p: KernelProfile) -> float:
     ops = p.instances.get("sass__inst_executed_per_opcode", {})
-    n = sum(v for op, v in ops.items() if op.split(".")[0] in TENSOR_OPCODES)
-    return n or (p.sum("sm__inst_executed_pipe_tensor_op_hmma.sum", "sm__inst_executed_pipe_tensor_op_gmma.sum") or 0)
+    if ops:
+        # The opcode table is exact. The tensor-pipe counters are not a fallback here: they also count
+        # the compiler's HFMA2.MMA register moves (528 on the recorded streaming sum, which has no MMA).
+        return sum(v for op, v in ops.items() if op.split(".")[0] in TENSOR_OPCODES)
+    return p.sum("sm__inst_executed_pipe_tensor_op_hmma.sum", "sm__inst_executed_pipe_tensor_op_gmma.sum") or 0
 
 
 def classify(p: KernelProfile, ceilings: Ceilings = H200, task_flops: float | None = None) -> Roofline:

@@ -11,6 +11,12 @@ def dram_bandwidth(ctx: Context) -> list[Finding]:
     r, p = ctx.roofline, ctx.profile
     if r.side != "memory" or r.dram_bytes < 64e6 or r.pct_of_memory_ceiling >= 60:
         return []
+    # DRAM traffic that is mostly bytes no lane asked for (under half of each fetched sector used) is
+    # the coalescing tool's finding: more bytes in flight would move more waste, fewer sectors is the fix.
+    used = [p.value(f"smsp__sass_average_data_bytes_per_sector_mem_global_op_{op}.pct") for op in ("ld", "st")]
+    sectors = [p.value(f"l1tex__t_sectors_pipe_lsu_mem_global_op_{op}.sum") or 0 for op in ("ld", "st")]
+    if any(u is not None and u < 50 and n >= 1e5 for u, n in zip(used, sectors, strict=True)):
+        return []
     l2 = p.value("lts__throughput.avg.pct_of_peak_sustained_elapsed")
     dram_pct = p.value("dram__throughput.avg.pct_of_peak_sustained_elapsed")
     warps = p.value("sm__warps_active.avg.pct_of_peak_sustained_active")

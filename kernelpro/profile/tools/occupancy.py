@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kernelpro.profile.advice import Finding
+from kernelpro.profile.roofline import tensor_instructions
 from kernelpro.profile.tools.registry import Context, tool
 
 LIMITS = {
@@ -33,8 +34,12 @@ def occupancy(ctx: Context) -> list[Finding]:
             ev, [action, "or raise work per warp (more independent loads/FMAs in flight) if occupancy cannot grow"],
             f"Only {limits[key]:.0f} block(s) fit per SM because of {what}, so at most {theo:.0f}% of the warp slots "
             "are filled and there are few warps to switch to while others wait on memory.")]
-    if waves is not None and waves < 0.9 and (p.duration_ns or 0) > 5e3:
-        grid = p.value("launch__grid_size") or 0
+    grid = p.value("launch__grid_size") or 0
+    # One block per SM that issues tensor-core MMAs is the persistent shape of a Hopper GEMM or attention
+    # kernel: wgmma is asynchronous and one warpgroup keeps an SM's tensor cores fed, so the empty block
+    # slots are by design, not a grid too small. A grid short of the SM count still leaves SMs idle.
+    persistent_mma = grid >= ctx.ceilings.sms and tensor_instructions(p) > 0
+    if waves is not None and waves < 0.9 and (p.duration_ns or 0) > 5e3 and not persistent_mma:
         return [Finding(
             "occupancy", p.name, f"grid too small: {grid:.0f} blocks fill {waves:.2f} of one wave", "high" if waves < 0.5 else "medium",
             ev, ["launch more blocks (at least one full wave: SMs x blocks-per-SM), e.g. shrink the work per block",
