@@ -124,7 +124,9 @@ class Template:
       stage-two finding implicates (see AdviceRule);
     - ``GUIDANCE``: [(regex over profiling diagnoses text, knob, direction, weight)], read only for a
       parent whose outcome carries advice text but no finding records (stored before they existed);
-    - ``extra_moves(params) -> [(knob, direction, params)]``: moves beyond one-knob steps.
+    - ``extra_moves(params) -> [(knob, direction, params)]``: moves beyond one-knob steps;
+    - ``GENERIC_START``: the untuned configuration a first version would have (knob -> value), where
+      ablation studies start so that the arms have room to differ.
     """
 
     def __init__(self, module: ModuleType, name: str):
@@ -145,6 +147,7 @@ class Template:
         self.fixed: frozenset[str] = frozenset(getattr(module, "FIXED", ()))
         self.guidance: list[tuple[str, str, int, float]] = list(getattr(module, "GUIDANCE", ()))
         self.advice: list[AdviceRule] = _rules(module, name, self.params, self.derived | self.fixed)
+        self.generic_start: dict[str, Any] = dict(getattr(module, "GENERIC_START", {}))
         self.extra_moves: Callable[[dict], list] = getattr(module, "extra_moves", None) or (lambda p: [])
 
 

@@ -15,7 +15,9 @@ process with ``torch.utils.cpp_extension.load_inline``; the extension name carri
 and the macros, so an edited kernel never reuses a stale build.
 
 The ModelNew files next to this one load it by path (``load_common()``), so they work whether or not
-``kernelpro`` is importable as a package.
+``kernelpro`` is importable as a package. They are parameter-search templates too: ``PARAMS`` (the
+tunable macros below), ``make_candidate`` (a standalone candidate with this file and the kernel
+embedded), and the rules (``validate``, ``LADDERS``, ``ADVICE``) mirroring the kernel's static_asserts.
 """
 
 from __future__ import annotations
@@ -115,6 +117,11 @@ def macros(causal: bool, with_lse: bool, **overrides: int) -> dict[str, int]:
 _BY_MACROS: dict[tuple, object] = {}
 
 
+def _cu_source() -> str:
+    # A generated candidate embeds the kernel (EMBEDDED_CU_SRC) so it builds wherever it is written.
+    return globals().get("EMBEDDED_CU_SRC") or cuda_source()
+
+
 def build(causal: bool, with_lse: bool, **overrides: int):
     """Compile (once per source + macros) and return the extension module."""
     m = macros(causal, with_lse, **overrides)
@@ -122,7 +129,7 @@ def build(causal: bool, with_lse: bool, **overrides: int):
     fast = (flags[0], *sorted(m.items()))
     if fast in _BY_MACROS:  # per-call path: no file read or hashing in front of every launch
         return _BY_MACROS[fast]
-    src = cuda_source()
+    src = _cu_source()
     defines = [f"-D{k}={v}" for k, v in sorted(m.items())]
     key = hashlib.sha256((src + "\n" + CPP_SRC + "\n" + " ".join([*flags, *defines])).encode()).hexdigest()[:16]
     if key not in _BUILT:
@@ -157,3 +164,102 @@ def attn_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
     lse = torch.empty((b, h, s) if with_lse else (0,), device=q.device, dtype=torch.float32)
     ext.attn_fwd_into(q, k, v, out, lse, 1.0 / math.sqrt(q.shape[-1]))
     return (out, lse) if with_lse else out
+
+
+# ---- parameter-search template (kernelpro.agent.policy_param) ----
+# The tunable macros and the rules of hopper_attn_fwd.cu's static_asserts: CONSUMERS in {2, 3}
+# (BLOCK_M = 64 * CONSUMERS), STAGES in {2, 3}, 1024 + Q tile + 2 * STAGES K/V tiles + barriers within
+# 227 KB (so 3 consumers take 2 stages), OVERLAP in {0, 1}. BLOCK_N is fixed at 128 (the S = Q K^T wgmma
+# is written for n128). The register split follows CONSUMERS inside the kernel.
+
+SMEM_LIMIT = 232448
+PARAMS = {"ATTN_CONSUMERS": 2, "ATTN_STAGES": 2, "ATTN_OVERLAP": 1}
+# The untuned shape (no S/PV overlap, the shallowest ring) where `kernelpro ablate` starts.
+GENERIC_START = {"ATTN_CONSUMERS": 2, "ATTN_STAGES": 2, "ATTN_OVERLAP": 0}
+LADDERS = {"ATTN_CONSUMERS": [2, 3], "ATTN_STAGES": [2, 3], "ATTN_OVERLAP": [0, 1]}
+
+# What each stage-two finding argues for: (tool, regex over the finding's title, knob, direction, weight, why).
+ADVICE = [
+    ("warp_stalls", r"barrier|long_scoreboard|mbarrier", "ATTN_STAGES", +1, 2.0,
+     "consumers wait on a K/V tile's full barrier: a third ring stage has it loaded ahead"),
+    ("warp_stalls", r"barrier|long_scoreboard|mbarrier", "ATTN_OVERLAP", +1, 1.0,
+     "issuing S(j+1) before the softmax of tile j hides the wgmma latency"),
+    ("occupancy", r"shared memory", "ATTN_STAGES", -1, 2.0, "each K/V stage is 64 KB of shared memory"),
+    ("occupancy", r"shared memory", "ATTN_CONSUMERS", -1, 1.0, "a 128-row Q tile takes 32 KB, a 192-row one 48 KB"),
+    ("occupancy", r"grid too small", "ATTN_CONSUMERS", -1, 2.0, "128-row query blocks make 1.5x the CTAs of 192-row ones"),
+    ("tail_effect", r"", "ATTN_CONSUMERS", -1, 1.5, "smaller query blocks even out the last wave"),
+    ("spills", r"", "ATTN_CONSUMERS", -1, 2.0, "two consumers get 240 registers each, three only 160"),
+    ("spills", r"", "ATTN_OVERLAP", -1, 1.0, "the overlap keeps a second score tile live in registers"),
+    ("tensor_core", r"busy only", "ATTN_OVERLAP", +1, 2.0, "overlapping S and PV keeps the tensor pipe issuing"),
+    ("tensor_core", r"busy only", "ATTN_CONSUMERS", +1, 1.0, "a third consumer warpgroup issues more MMAs per K/V tile"),
+    ("dram_bandwidth", r"", "ATTN_CONSUMERS", +1, 1.5, "a taller query block reads each K/V tile for more rows"),
+]
+
+
+def validate(p: dict) -> str | None:
+    """Why ``p`` breaks one of hopper_attn_fwd.cu's static_asserts; None if valid."""
+    c, st, ov = p.get("ATTN_CONSUMERS", 2), p.get("ATTN_STAGES", 2), p.get("ATTN_OVERLAP", 1)
+    if c not in (2, 3):
+        return "ATTN_CONSUMERS must be 2 or 3 (BLOCK_M = 128 or 192)"
+    if st not in (2, 3):
+        return "ATTN_STAGES must be 2 or 3"
+    if ov not in (0, 1):
+        return "ATTN_OVERLAP is 0 or 1"
+    smem = 1024 + 2 * 64 * c * 128 + 2 * st * 2 * 128 * 128 + 8 * (1 + 3 * st)
+    if smem > SMEM_LIMIT:
+        return f"Q tile + {st} K/V stages need {smem} bytes of shared memory, over 227 KB"
+    return None
+
+
+def repair(p: dict) -> dict:
+    """Coupled knobs after a move: a 192-row query block leaves room for two K/V stages only."""
+    q = dict(p)
+    if q.get("ATTN_CONSUMERS") == 3 and q.get("ATTN_STAGES", 2) > 2:
+        q["ATTN_STAGES"] = 2
+    return q
+
+
+def make_candidate(task: str, causal: bool, with_lse: bool, params: dict) -> str:
+    """A standalone candidate .py for ``params`` (merged over PARAMS): this file and the kernel embedded."""
+    merged = {**PARAMS, **params}
+    unknown = sorted(set(merged) - set(PARAMS))
+    if unknown:
+        raise ValueError(f"unknown PARAMS keys {unknown}; valid keys: {list(PARAMS)}")
+    quotes = "'" * 3            # spelt out so that this file itself stays embeddable
+    common, cu = Path(__file__).read_text(), CU_PATH.read_text()
+    if quotes in common or quotes in cu:
+        raise ValueError("the attention sources cannot be embedded in raw triple-quoted strings")
+    params_text = "{\n" + "".join(f'    "{k}": {int(v)},\n' for k, v in merged.items()) + "}"
+    return (
+        f'"""{task} candidate generated from the KernelPro Hopper reference (hopper_attn_fwd.cu)."""\n\n'
+        "from __future__ import annotations\n\nimport sys\nimport types\n\nimport torch.nn as nn\n\n"
+        # Hopper-only: the embedded kernel is the wgmma one, so the verifier never builds it for sm_100a.
+        'ARCHS = {"sm_90a": "wgmma"}\n\n'
+        f"PARAMS = {params_text}\nCAUSAL = {bool(causal)}\nWITH_LSE = {bool(with_lse)}\n\n"
+        f"_CU_SRC = r{quotes}{cu}{quotes}\n\n_COMMON_SRC = r{quotes}{common}{quotes}\n\n"
+        + _CANDIDATE_BODY)
+
+
+_CANDIDATE_BODY = """
+def _common():
+    name = "kp_attn_common_embedded"
+    if name not in sys.modules:
+        mod = types.ModuleType(name)
+        mod.__dict__.update(__file__="_attn_common.py", EMBEDDED_CU_SRC=_CU_SRC)
+        exec(compile(_COMMON_SRC, "_attn_common.py", "exec"), mod.__dict__)  # noqa: S102 - our own source
+        sys.modules[name] = mod
+    return sys.modules[name]
+
+
+def _build(params: dict):
+    return _common().build(CAUSAL, WITH_LSE, **params)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        _build(PARAMS)   # built with the model: the compile stays out of the first timed call
+
+    def forward(self, q, k, v):
+        return _common().attn_forward(q, k, v, causal=CAUSAL, with_lse=WITH_LSE, **PARAMS)
+"""

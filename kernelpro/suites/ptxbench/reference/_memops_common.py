@@ -430,3 +430,74 @@ def build(stem: str, cuda_src: str, cpp_src: str, functions: list[str], defines:
             verbose=False,
         )
     return _BUILT[key]
+
+
+# ---- parameter-search templates (kernelpro.agent.policy_param) ----
+# The row pipeline's knobs (-DKP_ROW_*), shared by rmsnorm_bf16 and softmax_rows_bf16, and the helper
+# every memops template uses to write a standalone candidate. The rules mirror the CUDA side: the ring
+# (ROW_STAGES x ROW_STAGE_KB + 1 KB alignment slack) must fit the 227 KB of shared memory per block.
+
+SMEM_LIMIT = 232448
+
+ROW_PARAMS = {"ROW_STAGES": 3, "ROW_STAGE_KB": 32, "ROW_CTAS_PER_SM": 0}
+# The untuned shape (the shallowest ring of small boxes, one CTA per SM) where `kernelpro ablate` starts.
+ROW_GENERIC_START = {"ROW_STAGES": 2, "ROW_STAGE_KB": 8, "ROW_CTAS_PER_SM": 1}
+ROW_LADDERS = {
+    "ROW_STAGES": [2, 3, 4, 5, 6],
+    "ROW_STAGE_KB": [8, 16, 32, 48, 64],
+    "ROW_CTAS_PER_SM": [0, 1, 2, 3, 4],
+}
+# What each stage-two finding argues for on the row pipeline's knobs:
+# (tool, regex over the finding's title, knob, direction, weight, why).
+ROW_ADVICE = [
+    ("dram_bandwidth", r"", "ROW_STAGES", +1, 2.0,
+     "bytes in flight per CTA are ROW_STAGES x ROW_STAGE_KB: one more stage keeps DRAM busier"),
+    ("dram_bandwidth", r"", "ROW_STAGE_KB", +1, 1.0, "bigger TMA boxes: more bytes per request in flight"),
+    ("warp_stalls", r"barrier|long_scoreboard|mbarrier", "ROW_STAGES", +1, 2.0,
+     "the team waits on the stage's mbarrier: a deeper ring has the next rows landed already"),
+    ("occupancy", r"shared memory", "ROW_STAGE_KB", -1, 2.0, "smaller stages let more CTAs share an SM"),
+    ("occupancy", r"shared memory", "ROW_STAGES", -1, 1.0, "a shallower ring frees shared memory"),
+    ("occupancy", r"grid too small", "ROW_STAGE_KB", -1, 1.5, "smaller row blocks: work spreads over more CTAs"),
+    ("tail_effect", r"", "ROW_STAGE_KB", -1, 1.5, "smaller row blocks even out the last wave of row blocks"),
+    ("launch_overhead", r"", "ROW_STAGE_KB", +1, 0.5, "a short launch pays its ring fill once: fewer, larger boxes"),
+]
+ROW_GUIDANCE = [
+    (r"latency|stall|long.?scoreboard|mbarrier|tma.*(wait|starv)", "ROW_STAGES", +1, 2.0),
+    (r"shared.?memory|smem|occupancy", "ROW_STAGE_KB", -1, 1.5),
+    (r"dram|memory.?bound|bandwidth", "ROW_CTAS_PER_SM", +1, 1.0),
+]
+
+
+def row_validate(p: dict) -> str | None:
+    """Why ``p`` cannot build or launch the row pipeline; None if valid."""
+    st, kb, ctas = p.get("ROW_STAGES", 3), p.get("ROW_STAGE_KB", 32), p.get("ROW_CTAS_PER_SM", 0)
+    if not 2 <= st <= 8:
+        return "ROW_STAGES must be in [2, 8]"
+    if kb not in (8, 16, 32, 48, 64):
+        return "ROW_STAGE_KB must be 8, 16, 32, 48 or 64"
+    if st * kb * 1024 + 1024 > SMEM_LIMIT:
+        return "ROW_STAGES * ROW_STAGE_KB over the 227 KB of shared memory per block"
+    if not 0 <= ctas <= 8:
+        return "ROW_CTAS_PER_SM must be in [0, 8] (0: as many as fit)"
+    return None
+
+
+def make_candidate(template_file: str, defaults: dict, params: dict) -> str:
+    """A standalone candidate .py from a memops template file: its header (docstring, imports, globals
+    up to ``PARAMS = {``), ``params`` merged over ``defaults``, this module embedded as _COMMON_SRC, and
+    its candidate body (between the ``# ---- candidate body`` markers)."""
+    from pathlib import Path
+
+    merged = {**defaults, **params}
+    unknown = sorted(set(merged) - set(defaults))
+    if unknown:
+        raise ValueError(f"unknown PARAMS keys {unknown}; valid keys: {list(defaults)}")
+    common = Path(__file__).read_text()
+    quotes = "'" * 3            # spelt out so that this file itself stays embeddable
+    if quotes in common:
+        raise ValueError("_memops_common.py cannot be embedded in a raw triple-quoted string")
+    me = Path(template_file).read_text()
+    head = me[:me.index("PARAMS = {")]
+    body = me[me.index("# ---- candidate body"):me.index("# ---- end candidate body ----")]
+    params_text = "{\n" + "".join(f'    "{k}": {int(v)},\n' for k, v in merged.items()) + "}"
+    return f"{head}PARAMS = {params_text}\n\n_COMMON_SRC = r{quotes}{common}{quotes}\n\n{body}"

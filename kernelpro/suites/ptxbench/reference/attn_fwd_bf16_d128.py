@@ -5,6 +5,8 @@ Thin wrapper; ``_attn_common.py`` loads the kernel for the target architecture. 
 for Q K^T and for P V with P in registers). Blackwell: ``blackwell_attn_fwd.cu`` (tcgen05.mma for both
 products with S and O in tensor memory, TMA K/V ring, mbarriers, online softmax), compiled and
 statically verified only: no B200 was available, so it has never run.
+A parameter-search template too (Hopper): ``PARAMS`` (consumer warpgroups, K/V ring depth, S/PV
+overlap), ``make_source`` and the rules, all from ``_attn_common.py``.
 """
 
 from __future__ import annotations
@@ -35,7 +37,17 @@ class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
         # Build with the model (see gemm_bf16.py): the static verifier constructs ModelNew to see it.
-        _common().build(causal=False, with_lse=False)
+        _common().build(causal=False, with_lse=False, **PARAMS)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
-        return _common().attn_forward(q, k, v, causal=False, with_lse=False)
+        return _common().attn_forward(q, k, v, causal=False, with_lse=False, **PARAMS)
+
+
+# ---- parameter-search template (kernelpro.agent.policy_param); the rules live in _attn_common.py ----
+PARAMS = dict(_common().PARAMS)
+LADDERS, ADVICE, GENERIC_START = _common().LADDERS, _common().ADVICE, _common().GENERIC_START
+validate, repair = _common().validate, _common().repair
+
+
+def make_source(params: dict) -> str:
+    return _common().make_candidate("ptxbench/attn_fwd_bf16_d128", causal=False, with_lse=False, params=params)

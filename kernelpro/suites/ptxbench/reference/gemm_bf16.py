@@ -218,6 +218,10 @@ def make_source(params: dict) -> str:
 # The rules below mirror hopper_gemm.cu's static_asserts, so a search never spends a build on a
 # combination the kernel rejects.
 
+# The untuned shape a first version would have (a square 128 tile, the shallowest ring, no cluster,
+# no raster grouping): where `kernelpro ablate` starts its searches, so the arms have room to differ.
+GENERIC_START = {"BM": 128, "BN": 128, "STAGES": 2, "CLUSTER_M": 1, "GROUP_M": 1}
+
 SMEM_LIMIT = 232448   # bytes of dynamic shared memory per block on sm_90a
 
 LADDERS = {

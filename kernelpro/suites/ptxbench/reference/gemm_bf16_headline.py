@@ -35,7 +35,7 @@ def _gemm():
 PARAMS = {**_gemm().PARAMS, "B_KMAJOR": 1}
 # The same kernel, so the same search space (rules, ladders, guidance) as gemm_bf16.
 LADDERS, DERIVED, FIXED, GUIDANCE = _gemm().LADDERS, _gemm().DERIVED, _gemm().FIXED, _gemm().GUIDANCE
-ADVICE = _gemm().ADVICE
+ADVICE, GENERIC_START = _gemm().ADVICE, _gemm().GENERIC_START
 validate, repair, extra_moves = _gemm().validate, _gemm().repair, _gemm().extra_moves
 
 

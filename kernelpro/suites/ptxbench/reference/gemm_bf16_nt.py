@@ -30,5 +30,5 @@ PARAMS = _headline().PARAMS
 make_source = _headline().make_source
 ModelNew = _headline().ModelNew
 LADDERS, DERIVED, FIXED, GUIDANCE = _headline().LADDERS, _headline().DERIVED, _headline().FIXED, _headline().GUIDANCE
-ADVICE = _headline().ADVICE
+ADVICE, GENERIC_START = _headline().ADVICE, _headline().GENERIC_START
 validate, repair, extra_moves = _headline().validate, _headline().repair, _headline().extra_moves

@@ -164,58 +164,14 @@ class ModelNew(nn.Module):
 
 def make_source(params: dict) -> str:
     """A standalone candidate .py for ``params`` (merged over PARAMS), _memops_common.py embedded."""
-    merged = {**PARAMS, **params}
-    unknown = sorted(set(merged) - set(PARAMS))
-    if unknown:
-        raise ValueError(f"unknown PARAMS keys {unknown}; valid keys: {list(PARAMS)}")
-    common = Path(__file__).with_name("_memops_common.py").read_text()
-    if "\'\'\'" in common:
-        raise ValueError("_memops_common.py cannot be embedded in a raw triple-quoted string")
-    me = Path(__file__).read_text()
-    head = me[:me.index("PARAMS = {")]
-    body = me[me.index("# ---- candidate body"):me.index("# ---- end candidate body ----")]
-    params_text = "{\n" + "".join(f'    "{k}": {int(v)},\n' for k, v in merged.items()) + "}"
-    return f"{head}PARAMS = {params_text}\n\n_COMMON_SRC = r\'\'\'{common}\'\'\'\n\n{body}"
+    return load_common().make_candidate(__file__, PARAMS, params)
 
 
 # ---- search space, read by the LLM-free parameter policy (kernelpro.agent.policy_param) ----
+# The row pipeline's rules live with it, in _memops_common.py (softmax_rows_bf16 shares them).
 
-LADDERS = {
-    "ROW_STAGES": [2, 3, 4, 5, 6],
-    "ROW_STAGE_KB": [8, 16, 32, 48, 64],
-    "ROW_CTAS_PER_SM": [0, 1, 2, 3, 4],
-}
-# What each stage-two finding argues for on the row pipeline's knobs (see gemm_bf16.ADVICE):
-# (tool, regex over the finding's title, knob, direction, weight, why).
-ADVICE = [
-    ("dram_bandwidth", r"", "ROW_STAGES", +1, 2.0, "bytes in flight per SM are ROW_STAGES x ROW_STAGE_KB: one more "
-     "stage keeps DRAM busier"),
-    ("dram_bandwidth", r"", "ROW_STAGE_KB", +1, 1.0, "bigger TMA boxes: more bytes per request in flight"),
-    ("warp_stalls", r"barrier|long_scoreboard|mbarrier", "ROW_STAGES", +1, 2.0,
-     "the team waits on the stage's mbarrier: a deeper ring has the next rows landed already"),
-    ("occupancy", r"shared memory", "ROW_STAGE_KB", -1, 2.0, "smaller stages let more CTAs share an SM"),
-    ("occupancy", r"shared memory", "ROW_STAGES", -1, 1.0, "a shallower ring frees shared memory"),
-    ("occupancy", r"grid too small", "ROW_STAGE_KB", -1, 1.5, "smaller row blocks: work spreads over more CTAs"),
-    ("tail_effect", r"", "ROW_STAGE_KB", -1, 1.5, "smaller row blocks even out the last wave of row blocks"),
-    ("launch_overhead", r"", "ROW_STAGE_KB", +1, 0.5, "a short launch pays its TMA ring fill once: fewer, larger boxes"),
-]
-
-GUIDANCE = [
-    (r"latency|stall|long.?scoreboard|mbarrier|tma.*(wait|starv)", "ROW_STAGES", +1, 2.0),
-    (r"shared.?memory|smem|occupancy", "ROW_STAGE_KB", -1, 1.5),
-    (r"dram|memory.?bound|bandwidth", "ROW_CTAS_PER_SM", +1, 1.0),
-]
-
-
-def validate(p: dict) -> str | None:
-    """Why ``p`` cannot build or launch; None if valid."""
-    st, kb, ctas = p.get("ROW_STAGES", 3), p.get("ROW_STAGE_KB", 32), p.get("ROW_CTAS_PER_SM", 0)
-    if not 2 <= st <= 8:
-        return "ROW_STAGES must be in [2, 8]"
-    if kb not in (8, 16, 32, 48, 64):
-        return "ROW_STAGE_KB must be 8, 16, 32, 48 or 64"
-    if st * kb * 1024 + 1024 > 232448:
-        return "ROW_STAGES * ROW_STAGE_KB over the 227 KB of shared memory per block"
-    if not 0 <= ctas <= 8:
-        return "ROW_CTAS_PER_SM must be in [0, 8] (0: as many as fit)"
-    return None
+LADDERS = load_common().ROW_LADDERS
+ADVICE = load_common().ROW_ADVICE
+GENERIC_START = load_common().ROW_GENERIC_START
+GUIDANCE = load_common().ROW_GUIDANCE
+validate = load_common().row_validate

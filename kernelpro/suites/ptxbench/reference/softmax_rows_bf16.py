@@ -5,26 +5,46 @@ into shared memory with TMA (``cp.async.bulk.tensor.2d``, boxes of {256 columns,
 the ragged edges) through a 3-stage ring whose stages complete on mbarriers. A team of 32-256 threads
 owns a row: each thread loads its 16-byte vectors from shared memory once into registers, the team
 reduces the maximum, exponentiates in place (``ex2.approx``), reduces the sum, and writes bf16 results
-with 16-byte global stores. The extension is built when this module is imported.
+with 16-byte global stores. The extension is built with the model (``ModelNew()``), for ``PARAMS``.
+
+A parameter-search template too (``PARAMS``, ``make_source``, ``validate``, ``LADDERS``, ``ADVICE``): the
+row pipeline's ring depth, bytes per stage and resident CTAs per SM, passed to nvcc as ``-DKP_<NAME>``;
+the rules are the row pipeline's own, in ``_memops_common.py`` (shared with rmsnorm_bf16).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+import types
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 
+PARAMS = {
+    "ROW_STAGES": 3,
+    "ROW_STAGE_KB": 32,
+    "ROW_CTAS_PER_SM": 0,
+}
+
+# ---- candidate body (make_source copies everything from here to the end marker) ----
+
 
 def load_common():
-    name = "kp_ptxbench_memops_common"
+    """_memops_common.py beside this file, or the copy a generated candidate embeds (_COMMON_SRC)."""
+    embedded = globals().get("_COMMON_SRC")
+    name = "kp_ptxbench_memops_common" + ("_embedded" if embedded else "")
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("_memops_common.py"))
-        mod = importlib.util.module_from_spec(spec)
+        if embedded:
+            mod = types.ModuleType(name)
+            exec(compile(embedded, "_memops_common.py", "exec"), mod.__dict__)  # noqa: S102 - our own source
+        else:
+            spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("_memops_common.py"))
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[name] = mod
+            spec.loader.exec_module(mod)
         sys.modules[name] = mod
-        spec.loader.exec_module(mod)
     return sys.modules[name]
 
 
@@ -113,12 +133,30 @@ torch::Tensor softmax_rows_bf16(torch::Tensor X) {
 }
 """
 
-_ext = load_common().build("softmax_rows_bf16", CUDA_SRC, CPP_SRC, ["softmax_rows_bf16"])
+def _build(params: dict):
+    return load_common().build("softmax_rows_bf16", CUDA_SRC, CPP_SRC, ["softmax_rows_bf16"], defines=params)
 
 
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
+        self._ext = _build(PARAMS)   # built with the model: the compile stays out of the first timed call
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
-        return _ext.softmax_rows_bf16(X)
+        return self._ext.softmax_rows_bf16(X)
+# ---- end candidate body ----
+
+
+def make_source(params: dict) -> str:
+    """A standalone candidate .py for ``params`` (merged over PARAMS), _memops_common.py embedded."""
+    return load_common().make_candidate(__file__, PARAMS, params)
+
+
+# ---- search space, read by the LLM-free parameter policy (kernelpro.agent.policy_param) ----
+# The row pipeline's rules live with it, in _memops_common.py (rmsnorm_bf16 shares them).
+
+LADDERS = load_common().ROW_LADDERS
+ADVICE = load_common().ROW_ADVICE
+GENERIC_START = load_common().ROW_GENERIC_START
+GUIDANCE = load_common().ROW_GUIDANCE
+validate = load_common().row_validate

@@ -7,26 +7,46 @@ swizzle, completion on one mbarrier per stage); four warps transpose each tile i
 ``ldmatrix.trans`` + ``stmatrix`` (8x8 blocks; the swizzle makes both sides bank-conflict free) into one
 of two output tiles, fence the writes to the async proxy, and the same thread stores the tile with a TMA
 store (bulk async-group; out-of-bounds rows/columns of ragged edge tiles are dropped by the hardware).
-The extension is built when this module is imported.
+The extension is built with the model (``ModelNew()``), for ``PARAMS``.
+
+A parameter-search template too (``PARAMS``, ``make_source``, ``validate``, ``LADDERS``, ``ADVICE``): the
+ring depth ``TP_STAGES`` (input tiles in flight per CTA) and the raster group ``TP_GROUP`` (tile rows
+walked together), passed to nvcc as ``-DKP_TP_STAGES`` / ``-DKP_TP_GROUP``. The tile stays 64x64: one
+128-byte swizzled row is what makes ldmatrix.trans/stmatrix conflict free.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+import types
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 
+PARAMS = {
+    "TP_STAGES": 4,
+    "TP_GROUP": 8,
+}
+
+# ---- candidate body (make_source copies everything from here to the end marker) ----
+
 
 def load_common():
-    name = "kp_ptxbench_memops_common"
+    """_memops_common.py beside this file, or the copy a generated candidate embeds (_COMMON_SRC)."""
+    embedded = globals().get("_COMMON_SRC")
+    name = "kp_ptxbench_memops_common" + ("_embedded" if embedded else "")
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("_memops_common.py"))
-        mod = importlib.util.module_from_spec(spec)
+        if embedded:
+            mod = types.ModuleType(name)
+            exec(compile(embedded, "_memops_common.py", "exec"), mod.__dict__)  # noqa: S102 - our own source
+        else:
+            spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("_memops_common.py"))
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[name] = mod
+            spec.loader.exec_module(mod)
         sys.modules[name] = mod
-        spec.loader.exec_module(mod)
     return sys.modules[name]
 
 
@@ -35,9 +55,18 @@ namespace kpm {
 
 constexpr int TP_TILE = 64;                            // 64 bf16 = one 128-byte swizzled row
 constexpr uint32_t TP_TILE_BYTES = TP_TILE * TP_TILE * 2;
-constexpr int TP_STAGES = 4;                           // input tiles in flight per CTA
+#ifndef KP_TP_STAGES
+#define KP_TP_STAGES 4
+#endif
+#ifndef KP_TP_GROUP
+#define KP_TP_GROUP 8
+#endif
+constexpr int TP_STAGES = KP_TP_STAGES;                // input tiles in flight per CTA
 constexpr int TP_THREADS = 128;
-constexpr int TP_GROUP = 8;                            // tile rows walked together (DRAM/L2 locality)
+constexpr int TP_GROUP = KP_TP_GROUP;                  // tile rows walked together (DRAM/L2 locality)
+static_assert(TP_STAGES >= 2 && TP_STAGES <= 16, "TP_STAGES in [2, 16]");
+static_assert(TP_GROUP >= 1, "TP_GROUP >= 1");
+static_assert((TP_STAGES + 2) * TP_TILE_BYTES + 1024 <= 232448, "ring + two output tiles over 227 KB");
 constexpr size_t TP_SMEM = size_t(TP_STAGES + 2) * TP_TILE_BYTES + 1024;
 
 // Tile t -> (tile row, tile column): TP_GROUP tile rows are walked column by column.
@@ -192,12 +221,51 @@ torch::Tensor transpose_bf16(torch::Tensor X) {
 }
 """
 
-_ext = load_common().build("transpose_bf16", CUDA_SRC, CPP_SRC, ["transpose_bf16"])
+def _build(params: dict):
+    return load_common().build("transpose_bf16", CUDA_SRC, CPP_SRC, ["transpose_bf16"], defines=params)
 
 
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
+        self._ext = _build(PARAMS)   # built with the model: the compile stays out of the first timed call
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
-        return _ext.transpose_bf16(X)
+        return self._ext.transpose_bf16(X)
+# ---- end candidate body ----
+
+
+def make_source(params: dict) -> str:
+    """A standalone candidate .py for ``params`` (merged over PARAMS), _memops_common.py embedded."""
+    return load_common().make_candidate(__file__, PARAMS, params)
+
+
+# ---- search space, read by the LLM-free parameter policy (kernelpro.agent.policy_param) ----
+# Mirrors the static_asserts above: the ring of TP_STAGES input tiles plus two output tiles (8 KB each)
+# and 1 KB of alignment slack fit 227 KB of shared memory.
+
+# The untuned shape (double buffering, no raster grouping) where `kernelpro ablate` starts.
+GENERIC_START = {"TP_STAGES": 2, "TP_GROUP": 1}
+LADDERS = {"TP_STAGES": [2, 3, 4, 6, 8, 12, 16], "TP_GROUP": [1, 2, 4, 8, 16, 32]}
+
+# What each stage-two finding argues for: (tool, regex over the finding's title, knob, direction, weight, why).
+ADVICE = [
+    ("dram_bandwidth", r"", "TP_STAGES", +1, 2.0, "one more 8 KB tile in flight per CTA keeps DRAM busier"),
+    ("warp_stalls", r"barrier|long_scoreboard|mbarrier", "TP_STAGES", +1, 2.0,
+     "the warps wait on a tile's mbarrier: a deeper ring has the next tile landed already"),
+    ("occupancy", r"shared memory", "TP_STAGES", -1, 2.0, "each stage is 8 KB of shared memory per CTA"),
+    ("dram_bandwidth", r"", "TP_GROUP", +1, 1.0, "taller raster groups keep the output writes within fewer DRAM pages"),
+    ("tail_effect", r"", "TP_GROUP", -1, 0.5, "a shorter group spreads the last tiles over more CTAs"),
+]
+
+
+def validate(p: dict) -> str | None:
+    """Why ``p`` breaks one of the kernel's static_asserts; None if valid."""
+    st, g = p.get("TP_STAGES", 4), p.get("TP_GROUP", 8)
+    if not 2 <= st <= 16:
+        return "TP_STAGES must be in [2, 16]"
+    if (st + 2) * 8192 + 1024 > 232448:
+        return "TP_STAGES input tiles + 2 output tiles over 227 KB of shared memory"
+    if not 1 <= g <= 64:
+        return "TP_GROUP must be in [1, 64]"
+    return None
