@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("kernelpro.harness.compare", "time candidates side by side in one worker over several rounds (start vs best)"),
     "profile": ("kernelpro.profile", "profile a candidate with Nsight Compute and turn the metrics into advice"),
     "optimize": ("kernelpro.agent.optimize", "search for faster kernels: MCTS or greedy, with an LLM or the LLM-free policy"),
+    "ablate": ("kernelpro.agent.ablate", "the search's ablations: feedback x strategy arms over tasks and seeds, "
+               "resumable, with confidence intervals and paired tests"),
     "fixit": ("kernelpro.fixit", "export fine-tuning data from failed-then-fixed attempts, and train on it"),
     "report": ("kernelpro.report.html", "write a self-contained HTML report of one or more runs"),
 }

@@ -22,7 +22,7 @@ from kernelpro import paths
 from kernelpro.errors import KernelProError
 
 # v2: runs.pid + runs.heartbeat (a dead run reads as interrupted), the `builds` table (the CPU build stage)
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 HEARTBEAT_S = 10.0         # a running run refreshes its heartbeat this often
 STALE_AFTER_S = 120.0      # a run on another host whose heartbeat is older than this has died
 
@@ -30,7 +30,7 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY,
-    kind TEXT NOT NULL,            -- bench | verify | profile | optimize | fixit
+    kind TEXT NOT NULL,            -- bench | verify | profile | optimize | fixit | ablate
     suite TEXT,
     config TEXT NOT NULL,          -- JSON: everything needed to resume
     status TEXT NOT NULL,          -- running | done | failed | interrupted
@@ -79,6 +79,17 @@ CREATE TABLE IF NOT EXISTS search_nodes (
     payload TEXT NOT NULL DEFAULT '{}',
     created REAL NOT NULL,
     UNIQUE (run_id, node_key)
+);
+CREATE TABLE IF NOT EXISTS ablation_cells (   -- v3: one finished cell of `kernelpro ablate`
+    id INTEGER PRIMARY KEY,
+    study_run INTEGER NOT NULL REFERENCES runs(id),
+    arm TEXT NOT NULL,
+    task TEXT NOT NULL,
+    seed INTEGER NOT NULL,
+    optimize_run INTEGER REFERENCES runs(id),
+    payload TEXT NOT NULL,         -- JSON: kernelpro.agent.ablate.CellResult
+    created REAL NOT NULL,
+    UNIQUE (study_run, arm, task, seed)
 );
 CREATE INDEX IF NOT EXISTS cand_run ON candidates(run_id, task);
 CREATE INDEX IF NOT EXISTS eval_cand ON evaluations(candidate_id);
@@ -281,6 +292,21 @@ class Store:
                 " visits=excluded.visits, value=excluded.value, status=excluded.status, payload=excluded.payload",
                 (run_id, node_key, parent_key, candidate_id, depth, visits, value, status,
                  json.dumps(payload, default=str), time.time()))
+
+    # -- ablation studies -------------------------------------------------------------------------
+    def put_cell(self, study_run: int, arm: str, task: str, seed: int, optimize_run: int | None,
+                 payload: dict[str, Any]) -> bool:
+        """Record a finished (arm, task, seed) cell once; False if it was already recorded."""
+        with self.tx() as db:
+            cur = db.execute(
+                "INSERT INTO ablation_cells (study_run, arm, task, seed, optimize_run, payload, created)"
+                " VALUES (?,?,?,?,?,?,?) ON CONFLICT(study_run, arm, task, seed) DO NOTHING",
+                (study_run, arm, task, seed, optimize_run, json.dumps(payload, default=str), time.time()))
+            return cur.rowcount == 1
+
+    def cells(self, study_run: int) -> list[dict[str, Any]]:
+        rows = self.db.execute("SELECT * FROM ablation_cells WHERE study_run=? ORDER BY id", (study_run,))
+        return [{**dict(r), "payload": json.loads(r["payload"])} for r in rows]
 
     def nodes(self, run_id: int) -> list[dict[str, Any]]:
         rows = self.db.execute("SELECT * FROM search_nodes WHERE run_id=? ORDER BY id", (run_id,))
