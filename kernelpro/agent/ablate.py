@@ -115,6 +115,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--confirm", type=int, default=4, metavar="ROUNDS",
                    help="side-by-side rounds of start vs best per cell (default 4; 0: none)")
     g.add_argument("--max-cells", type=int, help="stop after running this many new cells (a slice of the study)")
+    g.add_argument("--max-minutes", type=float, help="start no new cell after this many minutes (a slice that fits "
+                   "a time limit; the cell running then finishes)")
     g.add_argument("--report-only", action="store_true", help="print the study's table without running cells")
     # the search and evaluation flags of `kernelpro optimize`, with the same names and meanings
     s = argparse.ArgumentParser(add_help=False)
@@ -187,18 +189,22 @@ def main(args: argparse.Namespace) -> int:
     store = Store(args.db)
     study = _study(store, args, arms, seeds, tasks)
     done = {(c["arm"], c["task"], c["seed"]) for c in store.cells(study)}
-    cells = [(a, t, s) for t in tasks for s in seeds for a in arms]
+    # seed-major: a slice of the study holds every arm of every task for its first seeds (paired data)
+    cells = [(a, t, s) for s in seeds for t in tasks for a in arms]
     skip = [c for c in cells if (c[0].name, c[1].key, c[2]) in done]
     say(f"study {args.study!r} (run {study} in {store.path}): {len(cells)} cells = {len(arms)} arms x "
         f"{len(tasks)} tasks x {len(seeds)} seeds, {args.budget_nodes} nodes each; "
         f"{len(skip)} already recorded, skipped")
-    ran = 0
+    ran, t0 = 0, time.monotonic()
     if not args.report_only:
         for arm, task, seed in cells:
             if (arm.name, task.key, seed) in done:
                 continue
             if args.max_cells is not None and ran >= args.max_cells:
                 say(f"--max-cells {args.max_cells} reached; run the same command again to continue")
+                break
+            if args.max_minutes is not None and time.monotonic() - t0 > 60 * args.max_minutes:
+                say(f"--max-minutes {args.max_minutes:g} reached; run the same command again to continue")
                 break
             res = run_cell(args, store, study, arm, task, seed)
             store.put_cell(study, arm.name, task.key, seed, res.optimize_run, res.to_dict())
