@@ -5,17 +5,20 @@
 # row of the study's store, so the same command in the next device call runs only the cells still missing
 # and prints the table over everything recorded so far.
 #
-#   bash docs/measurements/recipes/gpu_ablation.sh                    # one slice, at most ~8.5 minutes
+#   bash docs/measurements/recipes/gpu_ablation.sh                    # one slice, at most ~9 minutes
 #   ARMS=advice-mcts,none-mcts,advice-greedy,none-greedy,raw-mcts NODES=6 bash .../gpu_ablation.sh
 #
 # State: $STATE/ablation.db (and the extension cache beside it) under runs/, which git ignores. On a
 # warm device machine it is still there at the next call; the script also copies the store to $OUT, so a
 # fresh machine can be handed it back (carry runs/ablation, after copying $OUT/ablation.db there).
 #
-# How long: with the defaults (3 families x 5 seeds x 4 arms = 60 cells, 4 nodes, 2 confirm rounds) a
-# cell costs what its nodes cost to build, time and (advice/raw arms) profile, plus the two rounds; the
-# per-cell minutes of the first slice are printed in the table (GPU-min over cells), and the whole study
-# takes about 60 x that. The figure measured on the first slice is in docs/measurements/ablation.md.
+# How long (an estimate; this recipe has not been run yet): the recorded LLM-free GEMM searches took
+# 136-141 s for 8 nodes at --parallel 4 on an H200 (docs/measurements/search_h200.md), ~17 s a node with
+# no profiling. An advice or raw node adds an Nsight Compute pass, assumed here at ~30 s (unmeasured for
+# search candidates), and each cell adds two confirm rounds (~30 s). With the defaults (3 families x 5
+# seeds x 4 arms = 60 cells of 4 nodes) that is ~100 s for a none cell and ~220 s for an advice cell:
+# ~9600 s, about 2.7 hours, i.e. ~20 calls of this script. The table's GPU-min column after the first
+# call gives the measured per-cell figure to replace this estimate with.
 set -euo pipefail
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 STATE="${STATE:-$PWD/runs/ablation}"
@@ -25,7 +28,7 @@ ARMS="${ARMS:-advice-mcts,advice-greedy,none-mcts,none-greedy}"
 SEEDS="${SEEDS:-0-4}"
 NODES="${NODES:-4}"
 CONFIRM="${CONFIRM:-2}"
-MINUTES="${MINUTES:-7.5}"          # no new cell after this; the running cell finishes (one cell < ~1.5 min)
+MINUTES="${MINUTES:-5}"            # no new cell after this; the running cell finishes (an advice cell ~4 min)
 PAR="${PAR:-4}"                    # builds of a batch overlap; timing stays serial
 SIZES="${SIZES:-default}"          # correctness at the default size per node; --confirm rounds judge again
 mkdir -p "$STATE" "$OUT"
