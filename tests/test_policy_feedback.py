@@ -181,3 +181,20 @@ def test_cli_param_policy_on_a_task_without_template(tmp_path):
     assert "no parameterized template for ptxbench/attn_bwd_bf16_d128" in lines[0]
     assert "pass --template PATH" in lines[0] and "--policy llm" in lines[0]
     assert "run 1" not in p.stdout            # refused before a run was recorded
+
+
+def test_raw_heuristic_on_recorded_metrics():
+    from kernelpro.agent.policy_param import _raw_tools
+    from kernelpro.profile import analyze
+    from kernelpro.profile.collect import load_profiles
+
+    def raw(name):
+        (m,) = analyze(load_profiles(DATA / f"{name}.json")).raw_metrics.values()
+        return set(_raw_tools(m))
+
+    # the coarse reading: few warps and memory-side for the occupancy plant, the same for the
+    # bandwidth plant (raw metrics cannot tell the two causes apart), a short launch for the tiny one
+    assert raw("low_occupancy") == {"occupancy", "dram_bandwidth"}
+    assert raw("far_from_bw") == {"occupancy", "dram_bandwidth"}
+    assert "launch_overhead" in raw("tiny_launches")
+    assert raw("clean_copy") == {"dram_bandwidth"}        # raw cannot see that the copy is at its ceiling
