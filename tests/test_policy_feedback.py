@@ -75,6 +75,14 @@ def test_every_recorded_finding_of_the_occupancy_plant_argues_the_same_way(templ
         assert prop.info["params"]["STAGES"] < 4, prop.what
 
 
+def test_a_clean_profile_does_not_fall_back_to_text_rules(template):
+    # profiled, nothing found: the advice text must not be read by the legacy regexes
+    o = EvalOutcome(True, speedup=1.0, findings=[], raw_metrics={"k": {"gpu__time_duration.sum": 1e6}},
+                    diagnoses="Profiler advice: no bottleneck found; warps stall on nothing, occupancy fine")
+    props = [ParamPolicy(template).propose(ctx(template.params, o, s)) for s in range(8)]
+    assert not any(p.info["guided"] for p in props)
+
+
 def test_a_finding_with_no_rule_does_not_steer(template):
     # launch overhead names no GEMM knob: the choice stays spread over the moves
     f = [{"tool": "launch_overhead", "kernel": "k", "title": "latency/launch-bound", "severity": "high"}]

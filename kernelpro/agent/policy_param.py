@@ -295,7 +295,11 @@ class ParamPolicy:
             return w, why
         if self.feedback == "advice":
             findings = list(getattr(outcome, "findings", None) or [])
-            if not findings and outcome.diagnoses:
+            # Advice text without records is an outcome stored before findings were kept (a profiled
+            # outcome now always carries its core metrics): only then do the text rules apply.
+            legacy = (not findings and not getattr(outcome, "raw_metrics", None) and outcome.diagnoses
+                      and not outcome.diagnoses.startswith("(profiling unavailable"))
+            if legacy:
                 return self.weights(outcome.diagnoses), {}
             pairs = [(f, SEVERITY_WEIGHT.get(str(f.get("severity")), 0.4), True) for f in findings]
             label = "advice"
