@@ -206,3 +206,21 @@ def test_raw_heuristic_on_recorded_metrics():
     assert raw("far_from_bw") == {"occupancy", "dram_bandwidth"}
     assert "launch_overhead" in raw("tiny_launches")
     assert raw("clean_copy") == {"dram_bandwidth"}        # raw cannot see that the copy is at its ceiling
+
+
+def test_optimize_feedback_flag_reaches_the_param_policy(tmp_path):
+    from kernelpro.cli import main
+    from kernelpro.results.store import Store
+
+    here = Path(__file__).parent
+    db = tmp_path / "r.db"
+    rc = main(["optimize", str(here / "tasks" / "vector_add.py"), "--policy", "param", "--template",
+               str(here / "data" / "templates" / "repeat_add.py"), "--start", "SLOW=4", "--feedback", "raw",
+               "--budget-nodes", "2", "--evaluator", "harness", "--device", "cpu", "--sizes", "default",
+               "--quiet", "--db", str(db), "--workdir", str(tmp_path / "w")])
+    assert rc == 0
+    st = Store(db)
+    run = st.runs("optimize")[-1]
+    assert run["config"]["feedback"] == "raw"
+    child = [n for n in st.nodes(run["id"]) if n["node_key"] == "n1"][0]
+    assert child["payload"]["info"]["feedback"] == "raw"
