@@ -124,10 +124,10 @@ def test_llm_arm_against_the_loopback_endpoint(tmp_path, capsys):
 
 def test_task_without_template_is_refused_before_a_study_is_recorded(tmp_path, capsys):
     db = tmp_path / "r.db"
-    assert main(["ablate", "ptxbench/attn_bwd_bf16_d128", "--evaluator", "static", "--arch", "sm_90a",
+    assert main(["ablate", "ptxbench/attn_fwd_bf16_d64", "--evaluator", "static", "--arch", "sm_90a",
                  "--db", str(db)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "no parameterized template for ptxbench/attn_bwd_bf16_d128" in err[0]
+    assert len(err) == 1 and "no parameterized template for ptxbench/attn_fwd_bf16_d64" in err[0]
     assert not db.exists() or Store(db).runs("ablate") == []
     assert main(["ablate", str(TASK), "--arms", "advice-beam", "--db", str(db)]) == 1
     assert "FEEDBACK-STRATEGY" in capsys.readouterr().err
