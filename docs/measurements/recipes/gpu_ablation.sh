@@ -2,7 +2,7 @@
 # A slice of the search ablation on the GPU (kernelpro ablate): three task families (GEMM, attention
 # forward, TMA softmax row pipeline) x 5 seeds x the arms below, a small node budget from each template's
 # GENERIC_START, start vs best confirmed side by side. Resumable: every finished (arm, task, seed) cell is a
-# row of the study's store, so the same command in the next device call runs only the cells still missing
+# row of the study's store, so the same command in the next GPU run runs only the cells still missing
 # and prints the table over everything recorded so far.
 #
 #   bash docs/measurements/recipes/gpu_ablation.sh                    # one slice, at most ~9 minutes
