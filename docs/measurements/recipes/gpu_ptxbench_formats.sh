@@ -14,7 +14,7 @@
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
 #     -d .wheels apache-tvm-ffi==0.1.15.post2 nvidia-cudnn-frontend
-# and carry both folders with the call (the device's python3 is 3.12 with torch, nvcc and ninja):
+# and copy both folders to the GPU machine (its python3 is 3.12 with torch, nvcc and ninja):
 #   OUT=/tmp/o bash docs/measurements/recipes/gpu_ptxbench_formats.sh .ptxbench
 set -uo pipefail
 CHECKOUT=${1:-.ptxbench}
