@@ -104,6 +104,10 @@ def test_honest_result_has_the_documented_shape(tmp_path):
     assert any(rec["which"] == "recheck" for rec in r.correctness)
     assert r.timing["stats"]["candidate"]["method"] == "perf_counter"
     assert set(r.speedup) == {"eager"}
+    # where the worker's time went: every stage named, none negative, together within the worker's wall
+    assert {"import", "correctness", "checks after timing"} <= set(r.phases)
+    assert any(k.startswith("timing (") for k in r.phases) and min(r.phases.values()) >= 0
+    assert sum(r.phases.values()) <= r.worker["wall_s"]
 
 
 def test_write_json_atomic_leaves_no_partial_file(tmp_path):

@@ -8,6 +8,7 @@ import contextlib
 import os
 import random
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ class TimingStage:
 
     def _time(self, cand_mod: Any, before: dict, policy: dict[str, Any]) -> None:
         cfg, task = self.cfg, self.task
+        t_phase = time.perf_counter()
         size = task.sizes("default")[0]
         mod = self._task_module(size)
         seed, model_seed = _sysrandom.randrange(2**31), _sysrandom.randrange(2**31)
@@ -81,6 +83,8 @@ class TimingStage:
         steady = _timing.DEFAULT_STEADY if cfg.steady else None
         runs: dict[str, Any] = {}
         probes = _TimedProbes(self, mod, inputs, cin, last, ref_model)
+        self.phase("timing setup (baselines, rivals)", time.perf_counter() - t_phase)
+        t_phase = time.perf_counter()
         threads_before = set(threading.enumerate())
         children_before = _children_pids()
         try:
@@ -98,6 +102,8 @@ class TimingStage:
         except BaseException as e:  # noqa: BLE001
             name, detail = classify_exception(e)
             raise CandidateFailure(name, f"during timing: {detail}") from None
+        self.phase("timing (" + ", ".join(cfg.protocols) + ")", time.perf_counter() - t_phase)
+        t_phase = time.perf_counter()
         # The first protocol asked for is the headline (speedup, rivals); every protocol is stored.
         head = runs[cfg.protocols[0]]
         stats = head.stats
@@ -156,6 +162,8 @@ class TimingStage:
         self.trials.append(rec)
         if not rec["ok"]:
             self.result["correct"] = False
+        self.phase("checks after timing", time.perf_counter() - t_phase)
+        t_phase = time.perf_counter()
         if cfg.energy and self.on_gpu:
             from kernelpro.harness.energy import measure_energy
 
@@ -167,6 +175,8 @@ class TimingStage:
                 self.result["energy"] = {"error": f"{type(e).__name__}: {e}"[:200], "protocol": "isolated"}
         elif cfg.energy:
             self.result["energy"] = {"error": f"device {self.device}: no NVML energy counter", "protocol": "isolated"}
+        if cfg.energy:
+            self.phase("energy", time.perf_counter() - t_phase)
 
     def _rivals(self, mod: Any, model_seed: int, inputs: list[Any], ref_model: Any,
                 notes: dict[str, str]) -> dict[str, Any]:

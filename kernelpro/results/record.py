@@ -46,6 +46,7 @@ class Result:
     schema: int = RESULT_SCHEMA
     compile_s: float | None = None
     wall_s: float | None = None
+    phases: dict[str, float] | None = None              # wall seconds per evaluation stage (import, ...)
     dtype: str | None = None
     precision: Any = None
     gpu: str | None = None
