@@ -106,3 +106,28 @@ def test_tolerance_lines_name_their_tasks_and_fit_80_columns():
     assert all(len(ln) <= 80 for ln in lines)
     single = tolerance_lines(tasks[:1], None)
     assert len(single) == 1 and " for " not in single[0]       # one rule for all: nothing to name
+
+
+def test_a_target_left_out_by_archs_is_not_a_compile_error():
+    """Hopper-only references (ARCHS = {"sm_90a": ...}) on an sm_100a bench read `compile_error` and counted
+    as failed builds; a target the candidate declares it does not build for is neither."""
+    from kernelpro.results.facts import Facts, arch_counts, arch_counts_text, arch_facts, verdict
+
+    cause = {"short": "Hopper-only (wgmma)", "line": "Hopper-only: uses wgmma (ARCHS: sm_90a); not compiled for sm_100a"}
+    out = arch_facts({"arch": "sm_100a", "ok": False,
+                      "payload": {"compiled": False, "not_declared": cause, "cause": cause["line"],
+                                  "cause_short": cause["short"], "features_ok": False}})
+    built = arch_facts({"arch": "sm_100a", "ok": True, "payload": {"compiled": True, "features_ok": True,
+                                                                   "requested": ["tma"]}})
+    broken = arch_facts({"arch": "sm_100a", "ok": False, "payload": {"compiled": False, "features_ok": False}})
+    assert out.declared_out and out.cell == "not built: Hopper-only (wgmma)"
+    assert not broken.declared_out and broken.cell.startswith("fails: ")
+    facts = []
+    for i, a in enumerate((out, built, broken)):
+        f = Facts(id=i, run_id=1, task=f"t{i}", origin="reference", parent_id=None, info={}, source="", hash=str(i),
+                  compiled=a.compiled, arch="sm_100a")
+        f.per_arch["sm_100a"] = a
+        facts.append(f)
+    assert [verdict(f) for f in facts] == ["not_for_target", "pending", "compile_error"]
+    counts = arch_counts(facts)
+    assert arch_counts_text(counts, "compiled") == "sm_100a 1/2 (+1 not for it)"

@@ -228,6 +228,8 @@ def _arch_cell(a: dict[str, Any] | None) -> str:
     if a is None:
         return "-"
     cell = a["cell"]
+    if a.get("declared_out"):      # left out by the candidate's own ARCHS: plain, not a failure
+        return cell
     if cell in ("ok", "compiled"):
         return f"[green]{cell}[/]"
     return f"[red]{cell}[/]" if a.get("compiled") is False or a.get("missing") else cell
@@ -276,10 +278,13 @@ def print_report(console: Any, report: dict[str, Any], baselines: list[str]) -> 
     for r in report["rows"]:
         for a, x in r["archs"].items():
             if x.get("compiled") is False:
-                causes.setdefault(f"{a}: {x.get('cause') or x.get('cause_short')}", []).append(r["task"].split("/")[-1])
+                # a target the candidate's ARCHS leaves out is not a failure to compile: say which it is
+                head = "not built for" if x.get("declared_out") else "does not compile for"
+                causes.setdefault(f"{head} {a}: {x.get('cause') or x.get('cause_short')}", []).append(
+                    r["task"].split("/")[-1])
     plain = {"markup": False, "highlight": False}
     for cause, names in causes.items():
-        console.print(f"does not compile for {cause} ({len(names)}: {', '.join(names)})", **plain)
+        console.print(f"{cause} ({len(names)}: {', '.join(names)})", **plain)
     for n in report["notes"]:
         console.print(f"note: {n}", **plain)
     if report.get("skipped"):

@@ -9,7 +9,8 @@ from typing import Any
 from kernelpro.results.facts import VERDICTS, RunView, verdict
 
 VERDICT_COLOR = {"compile_error": "#d62728", "missing_feature": "#9467bd", "wrong_output": "#ff7f0e",
-                 "flagged": "#111111", "degenerate_problem": "#8c564b", "slow": "#bcbd22", "pass": "#2ca02c", "pending": "#b0b0b0"}
+                 "flagged": "#111111", "degenerate_problem": "#8c564b", "slow": "#bcbd22", "pass": "#2ca02c", "pending": "#b0b0b0",
+                 "not_for_target": "#dddddd"}
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 
 # ------------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from kernelpro.results.record import Result
 
 # Verdicts, in the order a candidate meets the checks. Fixit uses the same names for its categories.
 VERDICTS = ("compile_error", "missing_feature", "wrong_output", "flagged", "degenerate_problem", "slow", "pass",
-            "pending")
+            "pending", "not_for_target")
 BASELINE_ORDER = ("cublas", "cudnn", "eager", "torch", "compile", "torch_compile", "reference")
 # The harness's failed checks that mean "wrong or broken", not "gaming the measurement".
 NOT_FLAGS = {"compile_error", "crash", "timeout", "oom", "wrong_output", "nan_inf", "unwritten_output", "sanitizer"}
@@ -147,12 +147,15 @@ class ArchFacts:
     cause: str = ""           # why it did not compile, one line
     cause_short: str = ""     # the same for a table cell, e.g. "Hopper-only (wgmma)"
     note: str = ""            # why it was not judged
+    declared_out: bool = False   # the candidate's ARCHS leaves this target out: not built, by its own word
 
     @property
     def cell(self) -> str:
         """ok | fails: CAUSE | missing: F, G | compiled | a note."""
         if self.note:
             return self.note
+        if self.declared_out:
+            return f"not built: {self.cause_short}"
         if self.compiled is False:
             return f"fails: {self.cause_short or 'compile error'}"
         if self.missing:
@@ -179,7 +182,7 @@ def arch_facts(ver: dict[str, Any]) -> ArchFacts:
         cause, short = str(p.get("cause") or first), str(p.get("cause_short") or "compile error")
     ok = p.get("features_ok", p.get("passed", ver.get("ok")))
     return ArchFacts(arch, None if compiled is None else bool(compiled), None if ok is None else bool(ok),
-                     requested, missing, cause, short)
+                     requested, missing, cause, short, declared_out=bool(p.get("not_declared")))
 
 
 def candidate_facts(store: Any, cand: dict[str, Any]) -> Facts:
@@ -326,7 +329,7 @@ def _advice_text(adv: Any) -> str:
 
 
 # How a verdict reads in tables and pages: "pending" is a candidate nothing has run yet (no GPU).
-VERDICT_LABELS = {"pending": "not run"}
+VERDICT_LABELS = {"pending": "not run", "not_for_target": "not for target"}
 
 
 def verdict_label(v: str) -> str:
@@ -339,8 +342,11 @@ def arch_counts(facts: list[Facts]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for f in facts:
         for arch, a in f.per_arch.items():
-            c = out.setdefault(arch, {"n": 0, "judged": 0, "compiled": 0, "features_ok": 0})
+            c = out.setdefault(arch, {"n": 0, "judged": 0, "compiled": 0, "features_ok": 0, "not_for_target": 0})
             c["n"] += 1
+            if a.declared_out:      # the candidate says it is not built for this target: not judged on it
+                c["not_for_target"] += 1
+                continue
             c["judged"] += a.compiled is not None
             c["compiled"] += a.compiled is True
             c["features_ok"] += bool(a.compiled and a.features_ok)
@@ -349,7 +355,9 @@ def arch_counts(facts: list[Facts]) -> dict[str, dict[str, int]]:
 
 def arch_counts_text(counts: dict[str, dict[str, int]], what: str) -> str:
     """'sm_90a 10/10, sm_100a 3/10' for what = 'compiled' or 'features_ok'."""
-    return ", ".join(f"{a} {c[what]}/{c['judged']}" for a, c in counts.items() if c["judged"]) or "-"
+    return ", ".join(f"{a} {c[what]}/{c['judged']}"
+                     + (f" (+{c['not_for_target']} not for it)" if c.get("not_for_target") else "")
+                     for a, c in counts.items() if c["judged"]) or "-"
 
 
 def verdict(f: Facts, slow_below: float = 1.0, baseline: str | None = None) -> str:
@@ -358,7 +366,9 @@ def verdict(f: Facts, slow_below: float = 1.0, baseline: str | None = None) -> s
     `degenerate_problem`: a candidate that passed on a problem whose reference ignores its inputs; the pass
     proves nothing and its speedup is not counted."""
     if f.compiled is False:
-        return "compile_error"
+        # A target the candidate declares it does not build for (ARCHS) is no error of the candidate's.
+        a = f.per_arch.get(f.arch or "")
+        return "not_for_target" if a is not None and a.declared_out else "compile_error"
     if f.flags:
         return "flagged"
     if f.correct is False:

@@ -103,6 +103,12 @@ void attn_fwd_into(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Ten
 _BUILT: dict[str, object] = {}
 
 
+def for_target(params: dict[str, int]) -> dict[str, int]:
+    """The template's PARAMS for the kernel the target builds: they are the Hopper kernel's knobs, so the
+    Blackwell kernel (its own macros, defaults in BW_DEFAULTS) gets none of them."""
+    return {} if blackwell() else dict(params)
+
+
 def macros(causal: bool, with_lse: bool, **overrides: int) -> dict[str, int]:
     defaults = BW_DEFAULTS if blackwell() else DEFAULTS
     unknown = sorted(set(overrides) - set(defaults))

@@ -37,10 +37,11 @@ class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
         # Build with the model (see gemm_bf16.py): the static verifier constructs ModelNew to see it.
-        _common().build(causal=False, with_lse=False, **PARAMS)
+        self._params = _common().for_target(PARAMS)   # resolved once: no target lookup per call
+        _common().build(causal=False, with_lse=False, **self._params)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
-        return _common().attn_forward(q, k, v, causal=False, with_lse=False, **PARAMS)
+        return _common().attn_forward(q, k, v, causal=False, with_lse=False, **self._params)
 
 
 # ---- parameter-search template (kernelpro.agent.policy_param); the rules live in _attn_common.py ----
