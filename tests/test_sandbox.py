@@ -22,6 +22,8 @@ TRUSTED_LAUNCHES = {
     "static/sass.py": "cuobjdump/nvdisasm on a cubin",
     "toolchain.py": "`TOOL --version`, and c++filt on kernel names",
     "profile/collect.py": "ncu --query/--import and the report reader on a finished report",
+    "suites/tvmffi.py": "nvcc on a TVM-FFI solution's source text and `ldconfig -p`, from inside the candidate's "
+                        "own (already sandboxed) build or worker process; no candidate code runs in them",
 }
 SPAWNERS = {("subprocess", n) for n in ("run", "Popen", "call", "check_call", "check_output", "getoutput",
                                          "getstatusoutput")}
