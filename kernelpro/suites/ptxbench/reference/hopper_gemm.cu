@@ -306,6 +306,9 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[128], uint64_t da, uint64_
 }
 #endif
 
+// With KP_GEMM_PRIMITIVES_ONLY defined, a kernel that #includes this file (the grouped GEMM) gets the PTX
+// wrappers and wgmma_tile above and the tensor-map helpers below, without this kernel, its launcher or its C ABI.
+#ifndef KP_GEMM_PRIMITIVES_ONLY
 // ---------------------------------------------------------------------------------------------
 // Tile order: super-tiles of (CLUSTER_M*BM) x BN, grouped GROUP_M super-rows at a time so the
 // CTAs running together share A rows and B columns in L2.
@@ -482,6 +485,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+#endif  // KP_GEMM_PRIMITIVES_ONLY (the kernel)
+
 // ---------------------------------------------------------------------------------------------
 // Host side. The driver's cuTensorMapEncodeTiled is fetched through the runtime, so nothing links
 // against libcuda.
@@ -519,6 +524,7 @@ static int make_map(CUtensorMap* map, const void* ptr, uint64_t rows, uint64_t c
   return r == CUDA_SUCCESS ? 0 : 2;
 }
 
+#ifndef KP_GEMM_PRIMITIVES_ONLY
 // Returns 0 on success; otherwise a code the caller turns into a message.
 //  1: cuTensorMapEncodeTiled unavailable  2: tensor map rejected  3: launch/attribute failure
 static int launch_gemm(const void* a, const void* b, void* c, int M, int N, int K, cudaStream_t stream) {
@@ -598,3 +604,6 @@ extern "C" const char* kp_gemm_bf16_error(int code) {
     default: return cudaGetErrorString(cudaGetLastError());
   }
 }
+#else
+}  // namespace kp_gemm
+#endif  // KP_GEMM_PRIMITIVES_ONLY
