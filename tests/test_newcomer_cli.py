@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import kernelpro
 from kernelpro.toolchain import find_tool, no_gpu_reason
 
 HERE = Path(__file__).parent
@@ -129,7 +130,10 @@ def test_tasks_at_80_columns_keeps_names_and_says_which_have_a_reference(tmp_pat
     assert "…" not in text and all(len(ln) <= 80 for ln in text.splitlines() if not ln.startswith(" "))
     names = {ln.split()[0] for ln in text.splitlines() if ln and not ln.startswith(" ")}
     assert {t.name for t in load_suite("ptxbench")} <= names       # every name whole, on its own line
-    assert "22 tasks, 16 with a reference solution" in text
+    ref_dir = Path(kernelpro.__file__).parent / "suites" / "ptxbench" / "reference"
+    n_tasks = len(load_suite("ptxbench"))
+    n_refs = sum((ref_dir / f"{t.name}.py").is_file() for t in load_suite("ptxbench"))
+    assert f"{n_tasks} tasks, {n_refs} with a reference solution" in text
     block = text.split("\ngemm_bf16\n")[1].split("\n")[0]
     assert "ref yes" in block
     assert "ref yes" not in text.split("\ngemm_fp16\n")[1].split("\n")[0]

@@ -17,7 +17,8 @@ from kernelpro.toolchain import find_tool
 
 REF = Path(__file__).parents[1] / "kernelpro" / "suites" / "ptxbench" / "reference"
 FAMILIES = ("gemm_bf16", "attn_fwd_bf16_d128", "attn_fwd_causal_bf16_d128", "attn_fwd_lse_bf16",
-            "attn_fwd_lse_causal_bf16", "rmsnorm_bf16", "softmax_rows_bf16", "transpose_bf16")
+            "attn_fwd_lse_causal_bf16", "rmsnorm_bf16", "softmax_rows_bf16", "transpose_bf16",
+            "grouped_gemm_moe_bf16")
 needs_nvcc = pytest.mark.skipif(find_tool("nvcc") is None, reason="needs nvcc")
 
 
