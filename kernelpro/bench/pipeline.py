@@ -41,7 +41,26 @@ from kernelpro.errors import KernelProError
 from kernelpro.harness.job import Job
 from kernelpro.results.record import Result
 
-BASELINES = ("eager", "compile", "vendor", "cudnn_frontend", "torch_sdpa")
+BASELINES = ("eager", "compile", "vendor", "cudnn_frontend", "torch_sdpa", "triton")
+DEFAULT_BASELINES = ("eager", "compile", "vendor")
+
+
+def task_baselines(task: Any, baselines: list[str], explicit: bool) -> list[str]:
+    """The baselines one task is timed against: an explicit --baselines list as given; by default the
+    default list plus the baselines the task's META names itself (e.g. triton)."""
+    if explicit:
+        return list(baselines)
+    named = set(getattr(task, "named_baselines", ()))
+    return [b for b in baselines if b in DEFAULT_BASELINES or b in named]
+
+
+def run_baselines(tasks: list[Any], baselines: list[str], explicit: bool) -> list[str]:
+    """The run's baseline columns: an explicit list, or the default list plus every task's named ones."""
+    out = list(baselines)
+    if not explicit:
+        for t in tasks:
+            out += [b for b in getattr(t, "named_baselines", ()) if b not in out]
+    return out
 STATIC_ARCHS = ("sm_90a", "sm_100a")
 
 
@@ -72,10 +91,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="which declared sizes the correctness checks use (default all)")
     p.add_argument("--arch", action="append", default=[], metavar="ARCH",
                    help="static-verification target(s) (default sm_90a and sm_100a)")
-    p.add_argument("--baselines", default="eager,compile,vendor",
+    p.add_argument("--baselines", default=None,
                    help="comma list of eager, compile, vendor, cudnn_frontend (cuDNN frontend SDPA graph, "
-                        "attention tasks that declare META sdpa), torch_sdpa (PyTorch's fused SDPA op, same tasks); "
-                        "default eager,compile,vendor")
+                        "attention tasks that declare META sdpa), torch_sdpa (PyTorch's fused SDPA op, same tasks), "
+                        "triton (the Triton kernel a task's META triton names, pip install 'kernelpro[triton]'); "
+                        "default eager,compile,vendor plus the baselines each task names itself (META triton)")
     p.add_argument("--graphs", action="store_true", help="time CUDA-graph replays (launch-bound problems)")
     p.add_argument("--sanitizer", choices=("memcheck", "racecheck"),
                    help="also run each candidate's correctness pass under compute-sanitizer")
@@ -274,7 +294,9 @@ def main(args: argparse.Namespace) -> int:
                      fresh=FRESH_ON_RESUME)
     if not args.suite:
         raise KernelProError("give a suite, task folder or task file (e.g. ptxbench), or --resume RUN_ID")
-    baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
+    explicit = args.baselines is not None
+    baselines = [b.strip() for b in (args.baselines if explicit else ",".join(DEFAULT_BASELINES)).split(",")
+                 if b.strip()]
     bad = [b for b in baselines if b not in BASELINES]
     if bad:
         raise KernelProError(f"--baselines: unknown {bad}; choose from {', '.join(BASELINES)}")
@@ -284,6 +306,7 @@ def main(args: argparse.Namespace) -> int:
     profiles = _profiles(args)
     kb_tol = getattr(args, "kb_tolerance", None)
     suite, tasks = _resolve_tasks(args.suite, args.task, args.path, args.level, kb_tol)
+    baselines = run_baselines(tasks, baselines, explicit)
     # Solution files are found (and a bad --solutions refused) before a run is created.
     solution = {t.key: _solution_path(t, args.solutions) for t in tasks}
     missing = [t.name for t in tasks if solution[t.key] is None]
@@ -385,7 +408,7 @@ def main(args: argparse.Namespace) -> int:
                 if lanes is not None and it.cid in eval_ids and not it.evaluated:
                     for prof in profiles:
                         if prof not in (it.done_profiles or set()):
-                            lanes.submit((it.cid, prof), _job(it.task, it.cand, args, device, baselines, prof))
+                            lanes.submit((it.cid, prof), _job(it.task, it.cand, args, device, task_baselines(it.task, baselines, explicit), prof))
                             gpu_left += 1
                 elif gbar is not None and it.cid in eval_ids:
                     progress.advance(gbar)   # evaluated before the resume
@@ -450,7 +473,8 @@ def main(args: argparse.Namespace) -> int:
 
                 todo = [it for it in to_eval if not any(str(e["arch"] or "").startswith("sanitizer")
                                                         for e in store.results("evaluations", it.cid))]
-                san_jobs = [dataclasses.replace(_job(it.task, it.cand, args, device, baselines, profiles[0]), check_only=True,
+                san_jobs = [dataclasses.replace(_job(it.task, it.cand, args, device,
+                                                    task_baselines(it.task, baselines, explicit), profiles[0]), check_only=True,
                                                 timing=False) for it in todo]
 
                 def on_san(i: int, r: Result) -> None:

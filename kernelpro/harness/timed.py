@@ -252,7 +252,15 @@ class TimingStage:
             if not self.on_gpu:
                 raise ValueError(f"{name} runs on a GPU only")
             return SDPA[name](sdpa["direction"], bool(sdpa["causal"]), list(args))
-        raise ValueError(f"unknown baseline {name!r} (eager, compile, vendor, cudnn_frontend, torch_sdpa)")
+        if name == "triton":
+            from kernelpro.harness.triton_grouped import triton_baseline
+
+            if not self.task.triton:
+                raise ValueError("triton applies to tasks that declare META triton; this one does not")
+            if not self.on_gpu:
+                raise ValueError("triton runs on a GPU only")
+            return triton_baseline(self.task.triton, list(args))
+        raise ValueError(f"unknown baseline {name!r} (eager, compile, vendor, cudnn_frontend, torch_sdpa, triton)")
 
     def _vendor_context(self) -> Any:
         b = self.task.baseline.lower()

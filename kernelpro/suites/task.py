@@ -19,6 +19,7 @@ globals as written are the size that is timed. KernelPro's metadata is one modul
         "headline": False,
         "description": "C = A @ B in bf16 with fp32 accumulation.",
         "sdpa": {"direction": "backward", "causal": False},   # attention: the cudnn_frontend/torch_sdpa baselines
+        "triton": "grouped_mm",                   # a TRITON_KERNELS name: the `triton` baseline, timed by default
     }
 
 ``META`` is read with ``ast.literal_eval`` so listing a suite never executes task code. A file
@@ -51,6 +52,7 @@ DEFAULT_TOLERANCE: dict[str, dict[str, float]] = {
 KNOWN_KEYS = {
     "name", "suite", "level", "dtype", "tolerance", "sizes", "features", "baseline", "forbid_ops",
     "forbid_kernels", "flops", "bytes", "headline", "description", "sdpa",
+    "triton",
 }
 ARCHS = ("sm_90a", "sm_100a")
 
@@ -75,6 +77,12 @@ class Task:
     headline: bool = False
     description: str = ""
     sdpa: dict[str, Any] = field(default_factory=dict)   # {"direction": forward|backward, "causal": bool}
+    triton: str = ""   # a kernelpro.harness.triton_grouped.TRITON_KERNELS name: the task's `triton` baseline
+
+    @property
+    def named_baselines(self) -> tuple[str, ...]:
+        """The baselines the task's META names itself (added to bench's default set)."""
+        return ("triton",) if self.triton else ()
 
     @property
     def key(self) -> str:
@@ -191,6 +199,14 @@ def load_task(path: str | Path, suite: str | None = None) -> Task:
     if not isinstance(sdpa, dict) or set(sdpa) - {"direction", "causal"} or (
             sdpa and (sdpa.get("direction") not in ("forward", "backward") or not isinstance(sdpa.get("causal"), bool))):
         raise TaskError(f"{path}: META sdpa must be {{'direction': 'forward'|'backward', 'causal': true|false}}")
+    triton = meta.get("triton", "")
+    if triton:
+        # the registry's names only: importing the module does not import Triton
+        from kernelpro.harness.triton_grouped import TRITON_KERNELS
+
+        if not isinstance(triton, str) or triton not in TRITON_KERNELS:
+            raise TaskError(f"{path}: META triton must name a Triton baseline kernel, one of "
+                            f"{sorted(TRITON_KERNELS)}; got {triton!r}")
     task = Task(
         name=str(meta.get("name", path.stem)),
         suite=str(meta.get("suite", suite or path.parent.name)),
@@ -210,6 +226,7 @@ def load_task(path: str | Path, suite: str | None = None) -> Task:
         headline=bool(meta.get("headline", False)),
         description=str(meta.get("description", "")),
         sdpa=dict(sdpa),
+        triton=str(triton),
     )
     for size in task.sizes():  # catch bad expressions at load time, not mid-run
         task.work(size)
