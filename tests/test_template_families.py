@@ -18,7 +18,7 @@ from kernelpro.toolchain import find_tool
 REF = Path(__file__).parents[1] / "kernelpro" / "suites" / "ptxbench" / "reference"
 FAMILIES = ("gemm_bf16", "attn_fwd_bf16_d128", "attn_fwd_causal_bf16_d128", "attn_fwd_lse_bf16",
             "attn_fwd_lse_causal_bf16", "rmsnorm_bf16", "softmax_rows_bf16", "transpose_bf16",
-            "grouped_gemm_moe_bf16")
+            "grouped_gemm_moe_bf16", "gemm_fp8_e4m3")
 needs_nvcc = pytest.mark.skipif(find_tool("nvcc") is None, reason="needs nvcc")
 
 
@@ -99,6 +99,7 @@ def test_transpose_static_asserts_agree_with_validate(tmp_path):
 @pytest.mark.parametrize("name, params", [
     ("attn_fwd_lse_causal_bf16", {"ATTN_CONSUMERS": 3, "ATTN_STAGES": 2, "ATTN_OVERLAP": 0}),
     ("softmax_rows_bf16", {"ROW_STAGES": 5, "ROW_STAGE_KB": 16}),
+    ("gemm_fp8_e4m3", {"STAGES": 4, "PROMOTE_EVERY": 2}),   # requests fp8_wgmma besides wgmma
 ])
 def test_generated_candidate_verifies_for_sm_90a(tmp_path, name, params):
     from kernelpro.agent.evaluator import lazy_build_shim
