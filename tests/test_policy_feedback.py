@@ -180,13 +180,13 @@ def test_template_that_fails_to_import_is_a_one_line_error(monkeypatch, tmp_path
 
 
 def test_cli_param_policy_on_a_task_without_template(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "kernelpro", "optimize", "ptxbench/gemm_fp8_e4m3", "--policy",
+    p = subprocess.run([sys.executable, "-m", "kernelpro", "optimize", "ptxbench/gemm_bf16_batched", "--policy",
                         "param", "--db", str(tmp_path / "r.db"), "--evaluator", "static", "--arch", "sm_90a",
                         "--quiet"], capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     assert p.returncode == 1
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
-    assert "no parameterized template for ptxbench/gemm_fp8_e4m3" in lines[0]
+    assert "no parameterized template for ptxbench/gemm_bf16_batched" in lines[0]
     assert "pass --template PATH" in lines[0] and "--policy llm" in lines[0]
     assert "run 1" not in p.stdout            # refused before a run was recorded
 
