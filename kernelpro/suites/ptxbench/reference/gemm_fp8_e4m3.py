@@ -26,9 +26,9 @@ The call requires K to be a multiple of 16 (a TMA row stride is a multiple of 16
 element); M and N are free (the epilogue masks both and stores single bf16 values when N is odd).
 
 Compiled and statically verified for sm_90a only; no GPU run has been recorded (tests/test_reference_gemm_fp8_*
-check the build, its SASS and the kernel's index helpers on the CPU). At the shipped PARAMS ptxas reports
-(C7517) that it injects a ``warpgroup.wait`` where the k-loop's promotion and non-promotion paths merge,
-so one k-block's wgmma group does not overlap the next one's issue.
+check the build, its SASS and the kernel's index helpers on the CPU). The k-loop keeps one wgmma group in
+flight; the SASS holds exactly three wgmma waits (wait<1> per k-block, wait<0> where a promotion window
+ends and after the loop), none injected by ptxas.
 """
 
 from __future__ import annotations

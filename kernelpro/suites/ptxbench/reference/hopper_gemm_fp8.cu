@@ -128,10 +128,13 @@ KP_HD int acc_row(int tid, int i) { return (tid / 32) * 16 + (tid % 32) / 4 + 8 
 KP_HD int acc_col(int tid, int i) { return (i / 4) * 8 + (tid % 4) * 2 + (i % 2); }
 
 // The first k-block of a promotion window starts the wgmma accumulator from zero (scale-d 0).
-KP_HD bool window_first(int kt) { return PROMOTE_EVERY > 0 ? kt % PROMOTE_EVERY == 0 : kt == 0; }
+// kWindow keeps the modulo's divisor non-zero at PROMOTE_EVERY=0, where its result is unused
+// (nvcc warns on a literal `% 0` even in a branch that is never taken).
+constexpr int kWindow = PROMOTE_EVERY > 0 ? PROMOTE_EVERY : 1;
+KP_HD bool window_first(int kt) { return PROMOTE_EVERY > 0 ? kt % kWindow == 0 : kt == 0; }
 // After the last k-block of a window (or of the tile) the accumulator is added into the fp32 sum.
 KP_HD bool window_last(int kt, int k_tiles) {
-  return kt == k_tiles - 1 || (PROMOTE_EVERY > 0 && (kt + 1) % PROMOTE_EVERY == 0);
+  return kt == k_tiles - 1 || (PROMOTE_EVERY > 0 && (kt + 1) % kWindow == 0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -481,6 +484,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         if (++stage == STAGES) { stage = 0; phase ^= 1; }
       }
+      // The queue is already empty here (the tile's last k-block ends a window), but ptxas cannot prove
+      // it: without this wait it injects one (C7517) where the two paths above merge, draining the
+      // queue on every k-block.
+      wgmma_wait<0>();
+#pragma unroll
+      for (int ms = 0; ms < kMSub; ++ms) acc_fence(acc[ms]);
 
       // Epilogue: fragment of m64nBN, scaled, -> bf16, masked at the matrix edges.
       const bool pairs = (N % 2) == 0;   // bf16x2 stores need an even row length for 4-byte alignment
