@@ -164,3 +164,28 @@ def test_the_job_file_is_gone_before_the_candidate_is_imported(tmp_path):
     """, sizes="default", timing=False), timeout_s=120)
     assert r.ok, (r.reason, r.detail)
     assert r.worker["isolation"]["mode"] in ("bwrap", "unshare", "none")
+
+
+@pytest.mark.xfail(strict=True, reason="open hole: the checks run in the candidate's process, so a record it "
+                   "writes into the worker's result file is taken as the verdict (docs/ARCHITECTURE.md)")
+def test_a_result_record_forged_by_the_candidate_is_not_its_verdict(tmp_path):
+    # A wrong candidate (zeros) that writes a well-formed passing record with a 1000x speedup and exits
+    # during import. Strict: once the judge lives outside the candidate's process this passes, and the
+    # marker must go.
+    r = run_job(_job(tmp_path, """
+        import json, os, sys
+        import torch, torch.nn as nn
+        if len(sys.argv) == 3:
+            rec = {"candidate": os.path.abspath(__file__), "device": "cpu", "ok": True, "status": "passed",
+                   "compiled": True, "correct": True, "correct_shown": True, "correct_heldout": True,
+                   "timing": {"size": {}, "stats": {"candidate": {"median_ms": 0.001},
+                                                    "eager": {"median_ms": 1.0}}},
+                   "speedup": {"eager": 1000.0}}
+            with open(sys.argv[2], "w") as f:
+                json.dump(rec, f)
+            os._exit(0)
+        class ModelNew(nn.Module):
+            def forward(self, a, b):
+                return torch.zeros_like(a)
+    """), timeout_s=120)
+    assert not r.passed and r.speedup.get("eager") != 1000.0, (r.status, r.speedup)
