@@ -12,7 +12,9 @@ META = {
     'name': 'attn_bwd_headline_bf16',
     'level': 3,
     'dtype': 'bf16',
-    'tolerance': {'atol': 0.005, 'rtol': 0.02, 'rel_norm': 0.01},
+    # atol: bf16 rounding of P and dS (FlashAttention, cuDNN) leaves up to ~0.02 on gradients near 1;
+    # 0.005 failed cuDNN itself against the fp32 truth (docs/measurements/attention_bwd_tolerance.md).
+    'tolerance': {'atol': 0.04, 'rtol': 0.02, 'rel_norm': 0.01},
     'sizes': {
         'shown': [{'BATCH': 1, 'SEQ': 512}, {'BATCH': 2, 'SEQ': 1024}, {'BATCH': 4, 'SEQ': 2048}],
         'heldout': [{'BATCH': 1, 'SEQ': 1000}, {'BATCH': 4, 'SEQ': 3080}],
@@ -41,6 +43,7 @@ META = {
 
 
 _FWD_ONLY = {}  # device -> (philox_seed, philox_offset) dummies the cuDNN backward takes with dropout 0
+_FLASH_PHILOX = {}  # device -> the flash backward's philox (seed, offset) dummies, dropout 0
 _CUDNN_LSE_RANK = []  # logsumexp rank cuDNN's backward accepted here: 4 (B,H,S,1), 3 (B,H,S), 0 none
 
 
@@ -77,9 +80,14 @@ def vendor_backward(q, k, v, o, do, lse, causal):
         return tuple(grads)
     if not _CUDNN_LSE_RANK:
         _CUDNN_LSE_RANK.append(0)  # cuDNN refused both layouts: go straight to flash from now on
-    empty = q.new_empty(0)
+    # Dense (not varlen) inputs: the cumulative sequence lengths are undefined (None), as the flash forward
+    # returns them; an empty tensor there reads as varlen and is refused. Philox state as the forward's.
+    if q.device not in _FLASH_PHILOX:
+        _FLASH_PHILOX[q.device] = (torch.zeros(2, dtype=torch.uint64, device=q.device),
+                                   torch.zeros((), dtype=torch.uint64, device=q.device))
+    seed, offset = _FLASH_PHILOX[q.device]
     grads = torch.ops.aten._scaled_dot_product_flash_attention_backward(
-        do, q, k, v, o, lse, empty, empty, S, S, 0.0, causal, seed, offset)
+        do, q, k, v, o, lse, None, None, S, S, 0.0, causal, seed, offset)
     return tuple(grads)
 
 
