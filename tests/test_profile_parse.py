@@ -208,3 +208,32 @@ open(export, "w").write(seen)
     assert export.read_text() == "built"                 # the profiled process loaded the shared build
     assert (shared / "ext.so").read_text() == "built"    # and could not change it
     assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("kp-ncu-view-*/ext/ext.so"))
+
+
+def test_system_pass_sees_the_build_and_absolute_paths(tmp_path, monkeypatch):
+    """The PyTorch-profiler pass ran the candidate in a temp folder with a relative path as given (file not
+    found) and without the worker's compile cache, so a load_inline candidate tried to build into a
+    read-only ~/.cache under the sandbox. It must get both, as the ncu pass does."""
+    from kernelpro import sandbox
+    from kernelpro.harness.worker import extension_dir
+    from kernelpro.profile import system
+    from kernelpro.results.store import source_hash
+
+    monkeypatch.setenv("KERNELPRO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    Path("cand.py").write_text("class ModelNew: pass\n")
+    Path("task.py").write_text("")
+    seen = {}
+
+    def fake_run(cmd, **kw):
+        seen.update(cmd=cmd, **kw)
+        out = system.summarize([], 0, 1, 1.0).to_dict()
+        return sandbox.Finished(rc=0, timed_out=False, wall_s=0.1, stdout=json.dumps(out) + "\n")
+
+    monkeypatch.setattr(sandbox, "run", fake_run)
+    system.system_view(Path("cand.py"), Path("task.py"), {"N": 1}, calls=1)
+    assert seen["cmd"][3] == str(tmp_path / "cand.py") and seen["cmd"][4] == str(tmp_path / "task.py")
+    ext = extension_dir(source_hash("class ModelNew: pass\n"))
+    assert seen["env"]["TORCH_EXTENSIONS_DIR"] == str(ext)
+    visible = [str(p) for p in seen["writable"]] + [str(dst) for _src, dst in seen["binds"]]
+    assert str(ext) in visible or any(str(ext).startswith(v) for v in visible)

@@ -25,7 +25,7 @@ def scored():
 @needs_recording
 def test_every_tool_is_specific_and_finds_its_plant(scored):
     labels, s, _ = scored
-    assert len(labels) == 11 and sum(len(k.labels) for k in labels) == 12
+    assert len(labels) == 12 and sum(len(k.labels) for k in labels) == 13
     for tool, sc in s.items():
         assert sc.fires >= 1, f"{tool} fires on nothing: untested"
         assert sc.precision == 1.0, (tool, sc.fired_on)

@@ -6,6 +6,7 @@ Each tool must flag its own plant with the right diagnosis and must leave the cl
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -45,7 +46,8 @@ def tools_of(a) -> dict[str, list[Finding]]:
 
 def test_every_tool_is_registered():
     assert set(load_all()) == {"coalescing", "dram_bandwidth", "bank_conflicts", "spills", "occupancy",
-                               "tensor_core", "warp_stalls", "tail_effect", "launch_overhead", "tma"}
+                               "tensor_core", "warp_stalls", "tail_effect", "launch_overhead", "tma",
+                               "atomics"}
 
 
 @needs_recording
@@ -141,3 +143,68 @@ def test_end_to_end_recording_flags_launch_overhead_with_system_view():
     d = json.loads((DATA / "e2e_cand_chunked.json").read_text())
     assert d["system"]["launches_per_call"] >= 100
     assert any(f["tool"] == "launch_overhead" and "launches_per_call" in f["evidence"] for f in d["findings"])
+
+
+# ---- a real kernel: the expert attention backward (recorded on an H100, tests/data/ncu/attn_bwd_hopper.json)
+
+
+def _attn_bwd(profiles=None):
+    all_profiles, extra = recorded("attn_bwd_hopper")
+    return analyze(profiles or all_profiles, requested=tuple(extra["requested"]), dtype=extra["dtype"],
+                   task_flops=extra["task_flops"]), all_profiles, extra
+
+
+@needs_recording
+def test_attn_bwd_reductions_into_l2_are_its_one_finding():
+    a, _, _ = _attn_bwd()
+    assert [(f.tool, f.kernel) for f in a.findings] == [("atomics", "attn_bwd_kernel")]
+    f = a.findings[0]
+    assert f.severity == "high" and "crossbar into L2" in f.title and f.evidence["executed_global_reductions"] > 1e8
+    # the roofline names the on-chip wall instead of leaving "memory-bound" to read as DRAM
+    main = a.rooflines[0]
+    assert main.klass == "memory-bound" and main.side == "compute"
+    assert any("crossbar into L2" in r and "DRAM at 3%" in r for r in main.reasons), main.reasons
+
+
+@needs_recording
+def test_task_flops_go_to_the_launches_that_ran_mmas():
+    a, profiles, extra = _attn_bwd()
+    main, helper = a.rooflines
+    assert main.flops == pytest.approx(extra["task_flops"], rel=1e-9)  # all of it: the helper ran no MMA
+    assert helper.flops < 1e12 and helper.pct_of_compute_ceiling < 5  # its own FP counters only
+    assert helper.klass == "memory-bound"
+
+
+@needs_recording
+def test_tma_judges_a_helper_launch_with_the_candidate_and_a_lone_kernel_alone():
+    _, profiles, _ = _attn_bwd()
+    helper = [p for p in profiles if p.name == "dq_convert_kernel"]
+    alone, _, _ = _attn_bwd(helper)  # the same launch as the whole candidate: it is the work, and has no TMA
+    assert [f.tool for f in alone.findings] == ["tma"]
+
+
+@needs_recording
+def test_register_limited_occupancy_of_a_warp_specialised_mma_kernel_is_by_design():
+    _, profiles, _ = _attn_bwd()
+    main = profiles[0]
+    assert main.value("launch__occupancy_limit_registers") == 1 and main.value("sm__maximum_warps_per_active_cycle_pct") < 20
+    assert not load_all()["occupancy"](_ctx(main))
+    stripped = copy.deepcopy(main)  # the same launch without setmaxnreg: the finding comes back
+    ops = stripped.instances["sass__inst_executed_per_opcode"]
+    del ops["USETMAXREG"]
+    assert [f.title for f in load_all()["occupancy"](_ctx(stripped))] == ["theoretical occupancy 19%, limited by registers"]
+
+
+def _ctx(p):
+    from kernelpro.profile.tools.registry import Context
+
+    return Context(p, classify(p), H200, requested=("wgmma", "tma", "mbarrier"))
+
+
+@needs_recording
+def test_dram_advice_stays_away_from_a_kernel_walled_on_chip():
+    profiles, extra = recorded("attn_bwd_hopper")
+    # no task FLOPs: the FP counters alone put the kernel left of the ridge, yet DRAM is not its wall
+    a = analyze(profiles, requested=tuple(extra["requested"]), dtype=extra["dtype"])
+    assert a.rooflines[0].side == "memory"
+    assert "dram_bandwidth" not in {f.tool for f in a.findings}

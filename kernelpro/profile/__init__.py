@@ -46,25 +46,37 @@ def analyze(profiles: list[Any], *, ceilings: Any = None, arch: str = "sm_90a", 
     """Stage one (roofline) and stage two (the tools it selects) over profiled launches.
 
     resources: ptxas/static-verifier report keyed by kernel (mangled or plain name).
-    task_flops: FLOPs of everything profiled (the task's per-call FLOPs x calls); split over launches by
-    duration, used only where ncu's FP counters show less (tensor-core work).
+    task_flops: FLOPs of everything profiled (the task's per-call FLOPs x calls); split by duration over
+    the launches that executed tensor-core MMAs (over all launches when none did), used only where ncu's FP
+    counters show less (tensor-core work). A matmul task's FLOPs are its MMAs: an elementwise helper launch
+    (a dQ conversion, an epilogue) does none of them and must not be credited with them.
     """
-    from kernelpro.profile.roofline import H200, classify
+    from kernelpro.profile.executed import dominant, opcode_counts
+    from kernelpro.profile.roofline import H200, classify, tensor_instructions
     from kernelpro.profile.tools.registry import Context, load_all
 
     tools = load_all()
     ceilings = ceilings or H200
-    total_ns = sum(p.duration_ns or 0 for p in profiles) or 1
+    mma = [p for p in profiles if tensor_instructions(p) > 0]
+    workers = mma or profiles
+    total_ns = sum(p.duration_ns or 0 for p in workers) or 1
+    # What the candidate as a whole executed: a compliance tool judges the candidate, not each launch.
+    executed: dict[str, float] = {}
+    for p in profiles:
+        for op, n in opcode_counts(p).items():
+            executed[op] = executed.get(op, 0.0) + n
+    heavy = dominant(profiles)
     rooflines, findings, raw = [], [], {}
     for p in profiles:
-        share = (task_flops or 0) * (p.duration_ns or 0) / total_ns
+        share = (task_flops or 0) * (p.duration_ns or 0) / total_ns if any(p is w for w in workers) else 0.0
         r = classify(p, ceilings, share or None)
         rooflines.append(r)
         res = {}
         for k, v in (resources or {}).items():
             if k == p.name or p.name in k:
                 res = v
-        ctx = Context(p, r, ceilings, arch, dtype, tuple(requested), system, res)
+        ctx = Context(p, r, ceilings, arch, dtype, tuple(requested), system, res, executed,
+                      any(p is h for h in heavy))
         for name in r.tools:
             findings += tools[name](ctx)
         if p.name in raw:  # repeated launches of one kernel: the first stands for them
@@ -121,7 +133,7 @@ def profile_candidate(candidate: str | Path, task: Any, size: str | dict[str, An
     reason = no_gpu_reason()
     if reason:
         raise KernelProError(f"profiling needs a GPU: {reason}")
-    candidate = Path(candidate)
+    candidate = Path(candidate).resolve()  # the profiled processes run in their own folders
     if candidate.suffix != ".py" or not candidate.is_file():
         raise KernelProError(f"{candidate}: give a Python candidate file defining ModelNew (or a .cu driver with main())")
     sz = size if isinstance(size, dict) else _size(task, size)

@@ -415,6 +415,7 @@ def _build_access(target: Target, scratch: Path) -> tuple[list[Path], list[tuple
 def candidate_target(candidate: Path, task_path: Path, size: dict[str, Any], calls: int = 3,
                      max_kernels: int = 64) -> Target:
     """A Python candidate: the driver below, with profiling limited to the calls of ModelNew."""
+    candidate, task_path = Path(candidate).resolve(), Path(task_path).resolve()  # the driver runs elsewhere
     argv = [sys.executable, "-m", "kernelpro.profile.collect", "drive", str(candidate), str(task_path),
             json.dumps(size), str(calls)]
     root = str(Path(__file__).parents[2])

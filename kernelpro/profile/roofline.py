@@ -76,6 +76,25 @@ def tensor_instructions(p: KernelProfile) -> float:
     return p.sum("sm__inst_executed_pipe_tensor_op_hmma.sum", "sm__inst_executed_pipe_tensor_op_gmma.sum") or 0
 
 
+MEMORY_SOL = "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
+# Where ncu's memory SOL comes from, by unit prefix: DRAM, L2 (and the crossbar into it), L1/shared.
+MEMORY_UNITS = (("dram__", "DRAM"), ("fbpa__", "DRAM"), ("lts__xbar2lts", "the crossbar into L2"),
+                ("lts__d_atomic", "L2's atomic unit"), ("lts__", "L2"), ("l1tex__", "L1/shared memory"))
+
+
+def memory_limiter(p: KernelProfile) -> tuple[str, str, float] | None:
+    """The sub-metric of ncu's memory SOL breakdown that sets it: (metric, unit, percent)."""
+    names = p.metrics.get("breakdown:" + MEMORY_SOL)
+    if not names or not isinstance(names[0], str):
+        return None
+    best = max(((n, p.value(n)) for n in names[0].split(",") if p.value(n) is not None),
+               key=lambda nv: nv[1], default=None)
+    if best is None:
+        return None
+    unit = next((u for prefix, u in MEMORY_UNITS if best[0].startswith(prefix)), "memory")
+    return best[0], unit, best[1]
+
+
 def classify(p: KernelProfile, ceilings: Ceilings = H200, task_flops: float | None = None) -> Roofline:
     """`task_flops`: the task's declared FLOPs attributed to this launch (tensor-core work is not in
     ncu's FP counters); used when larger than what the counters show."""
@@ -105,6 +124,10 @@ def classify(p: KernelProfile, ceilings: Ceilings = H200, task_flops: float | No
         comp_side = max(sol_sm, pct_c)
         klass = "memory-bound" if mem_side >= comp_side else "compute-bound"
         reasons.append(f"SOL: SM {sol_sm:.0f}%, memory {sol_mem:.0f}%")
+        lim = memory_limiter(p) if klass == "memory-bound" and sol_mem > pct_m else None
+        if lim and lim[1] != "DRAM":
+            # Above the ridge and still memory-bound: an on-chip unit, not DRAM, is the wall.
+            reasons.append(f"memory SOL set by {lim[1]} ({lim[0].split('.')[0]} {lim[2]:.0f}%), DRAM at {pct_m:.0f}%")
     elif (achieved is not None and achieved < 25) or (waves is not None and waves < 0.5):
         klass = "under-occupied"
         reasons.append(f"achieved occupancy {achieved if achieved is not None else float('nan'):.0f}%, "
@@ -122,11 +145,11 @@ def classify(p: KernelProfile, ceilings: Ceilings = H200, task_flops: float | No
 # different, ~13x higher ceiling) run for every class, near the ceiling too.
 ALWAYS = ("tensor_core", "tma")
 BY_CLASS = {
-    "memory-bound": ("coalescing", "dram_bandwidth", "bank_conflicts", "spills", "occupancy", "warp_stalls",
+    "memory-bound": ("atomics", "coalescing", "dram_bandwidth", "bank_conflicts", "spills", "occupancy", "warp_stalls",
                      "tail_effect"),
     "compute-bound": ("bank_conflicts", "spills", "occupancy", "warp_stalls", "tail_effect"),
     "latency-launch-bound": ("launch_overhead", "occupancy"),
-    "under-occupied": ("occupancy", "tail_effect", "launch_overhead", "dram_bandwidth", "coalescing", "spills",
+    "under-occupied": ("atomics", "occupancy", "tail_effect", "launch_overhead", "dram_bandwidth", "coalescing", "spills",
                        "warp_stalls"),
 }
 

@@ -88,7 +88,7 @@ def fired(recording: Path) -> set[str]:
 
     extra = json.loads(recording.read_text())
     a = analyze(load_profiles(recording), requested=tuple(extra.get("requested", ())), dtype=extra.get("dtype"),
-                resources=extra.get("ptxas", {}))
+                resources=extra.get("ptxas", {}), task_flops=extra.get("task_flops"))
     return {f.tool for f in a.findings}
 
 

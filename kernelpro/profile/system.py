@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -92,11 +93,22 @@ def _child(candidate: str, task_path: str, size_json: str, calls: str) -> None:
 
 
 def system_view(candidate: Path, task_path: Path, size: dict[str, Any], calls: int = 5, timeout: float = 300) -> SystemView:
-    root = str(Path(__file__).parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    from kernelpro.profile.collect import _build_access, candidate_target
+
+    candidate, task_path = Path(candidate).resolve(), Path(task_path).resolve()  # the child runs in a temp dir
+    # The same compile cache as the ncu pass (TORCH_EXTENSIONS_DIR for this exact source, seen through a
+    # private copy): a load_inline candidate neither rebuilds nor writes to a read-only home.
+    target = candidate_target(candidate, task_path, size, calls)
+    env = {**os.environ, **target.env}
     with tempfile.TemporaryDirectory(prefix="kp-system-") as tmp:
-        r = sandbox.run([sys.executable, "-m", "kernelpro.profile.system", str(candidate), str(task_path),
-                         json.dumps(size), str(calls)], timeout_s=timeout, env=env, cwd=tmp, writable=[Path(tmp)])
+        writable, binds = _build_access(target, Path(tmp))
+        try:
+            r = sandbox.run([sys.executable, "-m", "kernelpro.profile.system", str(candidate), str(task_path),
+                             json.dumps(size), str(calls)], timeout_s=timeout, env=env, cwd=tmp, writable=writable,
+                            binds=binds)
+        finally:
+            for src, _dst in binds:  # the private copy of the build: this pass's alone
+                shutil.rmtree(src.parent, ignore_errors=True)
     if r.timed_out:
         raise KernelProError(f"the PyTorch-profiler pass did not finish in {timeout:.0f} s (candidate hangs?)")
     if r.rc != 0:

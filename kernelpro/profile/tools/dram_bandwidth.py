@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kernelpro.profile.advice import Finding
+from kernelpro.profile.roofline import memory_limiter
 from kernelpro.profile.tools.registry import Context, tool
 
 
@@ -11,6 +12,9 @@ def dram_bandwidth(ctx: Context) -> list[Finding]:
     r, p = ctx.roofline, ctx.profile
     if r.side != "memory" or r.dram_bytes < 64e6 or r.pct_of_memory_ceiling >= 60:
         return []
+    lim = memory_limiter(p)
+    if lim is not None and lim[1] != "DRAM" and lim[2] >= 60:
+        return []  # an on-chip unit (L2, its crossbar, L1/shared) is the wall: more DRAM bytes in flight won't help
     # DRAM traffic that is mostly bytes no lane asked for (under half of each fetched sector used) is
     # the coalescing tool's finding: more bytes in flight would move more waste, fewer sectors is the fix.
     used = [p.value(f"smsp__sass_average_data_bytes_per_sector_mem_global_op_{op}.pct") for op in ("ld", "st")]

@@ -26,7 +26,12 @@ def occupancy(ctx: Context) -> list[Finding]:
           "launch__registers_per_thread": p.value("launch__registers_per_thread"),
           "launch__block_size": p.value("launch__block_size"), "launch__grid_size": p.value("launch__grid_size")}
     ev = {k: v for k, v in ev.items() if v is not None}
-    if theo is not None and theo < 50 and limits:
+    # A warp-specialised MMA kernel (setmaxnreg moves registers from its producer to its consumer warps)
+    # is one CTA per SM on purpose: its registers hold the accumulators and its shared memory the tile
+    # ring, as in FlashAttention-3 and CUTLASS's ping-pong GEMMs. Fewer registers there means spills.
+    specialised = tensor_instructions(p) > 0 and any(op.split(".")[0] == "USETMAXREG" for op in
+                                                     p.instances.get("sass__inst_executed_per_opcode", {}))
+    if theo is not None and theo < 50 and limits and not specialised:
         key = min(limits, key=lambda k: limits[k])
         what, action = LIMITS[key]
         return [Finding(

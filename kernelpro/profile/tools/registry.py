@@ -29,6 +29,8 @@ class Context:
     requested: tuple[str, ...] = ()                # features the task asks for on `arch`
     system: Any = None                             # system.SystemView, when the PyTorch-profiler pass ran
     resources: dict[str, Any] = field(default_factory=dict)   # ptxas / static verifier resource report
+    executed: dict[str, float] = field(default_factory=dict)  # SASS opcode counts over every profiled launch
+    dominant: bool = True                          # among the launches that hold most of the GPU time
 
 
 def tool(name: str) -> Callable[[Callable[[Context], list[Finding]]], Callable[[Context], list[Finding]]]:
