@@ -59,7 +59,9 @@ def test_attn_bwd_sass_has_requested_features(tmp_path, causal, stages):
     assert len(hgmma) == 32, hgmma
     # K and V halves once, Q and dO halves per ring stage; dK and dV halves stored per consumer.
     assert len(re.findall(r"\bUTMALDG\.3D\b", main)) == 8 and len(re.findall(r"\bUTMASTG\.3D\b", main)) == 4
-    assert len(re.findall(r"\bREDG\.E\.ADD\.F32\b", main)) == 32  # one dQ element per register of the 64x64 tile
+    # dQ: one two-column vector reduction per register pair of the 64x64 tile, no scalar ones left
+    assert len(re.findall(r"\bREDG\.E\.ADD\.F32x2\b", main)) == 16
+    assert not re.findall(r"\bREDG\.E\.ADD\.F32\.", main)
     # The wgmmas of one GEMM must not be serialised one by one (ptxas does that under register pressure).
     assert "C7512" not in ptxas_log, ptxas_log
     assert re.search(r"0 bytes spill stores, 0 bytes spill loads", ptxas_log), ptxas_log

@@ -23,7 +23,7 @@ import torch
 
 CU_PATH = Path(__file__).with_name("hopper_attn_bwd.cu")
 HEAD_DIM = 128
-DEFAULTS = {"BWD_STAGES": 2, "BWD_WATCHDOG": 0}
+DEFAULTS = {"BWD_STAGES": 2, "BWD_WATCHDOG": 0, "BWD_DQ_RED_V2": 1}
 NVCC_FLAGS = ["-gencode=arch=compute_90a,code=sm_90a", "-O3", "-std=c++17"]
 
 # The torch-facing wrapper; the .cu itself has no PyTorch headers so it also builds with plain nvcc.
