@@ -57,26 +57,25 @@ def analyze(profiles: list[Any], *, ceilings: Any = None, arch: str = "sm_90a", 
 
     tools = load_all()
     ceilings = ceilings or H200
-    mma = [p for p in profiles if tensor_instructions(p) > 0]
-    workers = mma or profiles
-    total_ns = sum(p.duration_ns or 0 for p in workers) or 1
+    ran_mma = [tensor_instructions(p) > 0 for p in profiles]
+    credited = ran_mma if any(ran_mma) else [True] * len(profiles)
+    total_ns = sum(p.duration_ns or 0 for p, c in zip(profiles, credited, strict=True) if c) or 1
     # What the candidate as a whole executed: a compliance tool judges the candidate, not each launch.
     executed: dict[str, float] = {}
     for p in profiles:
         for op, n in opcode_counts(p).items():
             executed[op] = executed.get(op, 0.0) + n
-    heavy = dominant(profiles)
+    heavy = {id(p) for p in dominant(profiles)}
     rooflines, findings, raw = [], [], {}
-    for p in profiles:
-        share = (task_flops or 0) * (p.duration_ns or 0) / total_ns if any(p is w for w in workers) else 0.0
+    for p, c in zip(profiles, credited, strict=True):
+        share = (task_flops or 0) * (p.duration_ns or 0) / total_ns if c else 0.0
         r = classify(p, ceilings, share or None)
         rooflines.append(r)
         res = {}
         for k, v in (resources or {}).items():
             if k == p.name or p.name in k:
                 res = v
-        ctx = Context(p, r, ceilings, arch, dtype, tuple(requested), system, res, executed,
-                      any(p is h for h in heavy))
+        ctx = Context(p, r, ceilings, arch, dtype, tuple(requested), system, res, executed, id(p) in heavy)
         for name in r.tools:
             findings += tools[name](ctx)
         if p.name in raw:  # repeated launches of one kernel: the first stands for them
@@ -133,7 +132,7 @@ def profile_candidate(candidate: str | Path, task: Any, size: str | dict[str, An
     reason = no_gpu_reason()
     if reason:
         raise KernelProError(f"profiling needs a GPU: {reason}")
-    candidate = Path(candidate).resolve()  # the profiled processes run in their own folders
+    candidate = Path(candidate)
     if candidate.suffix != ".py" or not candidate.is_file():
         raise KernelProError(f"{candidate}: give a Python candidate file defining ModelNew (or a .cu driver with main())")
     sz = size if isinstance(size, dict) else _size(task, size)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kernelpro.profile.advice import Finding
-from kernelpro.profile.executed import opcode_counts
+from kernelpro.profile.executed import family_count, opcode_counts
 from kernelpro.profile.roofline import memory_limiter
 from kernelpro.profile.tools.registry import Context, tool
 
@@ -16,7 +16,7 @@ L2_UNITS = ("the crossbar into L2", "L2's atomic unit", "L2")
 @tool("atomics")
 def atomics(ctx: Context) -> list[Finding]:
     p = ctx.profile
-    n = sum(v for op, v in opcode_counts(p).items() if op.split(".")[0] in GLOBAL_REDUCTIONS)
+    n = family_count(opcode_counts(p), GLOBAL_REDUCTIONS)
     lim = memory_limiter(p)
     atomic_busy = p.value(ATOMIC_UNIT) or 0.0
     # Specific: reductions ran, and the unit that sets the memory SOL is in L2, at a level that bounds

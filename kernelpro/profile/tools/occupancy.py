@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kernelpro.profile.advice import Finding
+from kernelpro.profile.executed import family_count, opcode_counts
 from kernelpro.profile.roofline import tensor_instructions
 from kernelpro.profile.tools.registry import Context, tool
 
@@ -29,8 +30,7 @@ def occupancy(ctx: Context) -> list[Finding]:
     # A warp-specialised MMA kernel (setmaxnreg moves registers from its producer to its consumer warps)
     # is one CTA per SM on purpose: its registers hold the accumulators and its shared memory the tile
     # ring, as in FlashAttention-3 and CUTLASS's ping-pong GEMMs. Fewer registers there means spills.
-    specialised = tensor_instructions(p) > 0 and any(op.split(".")[0] == "USETMAXREG" for op in
-                                                     p.instances.get("sass__inst_executed_per_opcode", {}))
+    specialised = tensor_instructions(p) > 0 and family_count(opcode_counts(p), ("USETMAXREG",)) > 0
     if theo is not None and theo < 50 and limits and not specialised:
         key = min(limits, key=lambda k: limits[k])
         what, action = LIMITS[key]
