@@ -188,7 +188,7 @@ def run_kp(groups: list[tuple[Path, list[str]]], kb_path: str, out: Path, parall
         db.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "kernelpro", "bench", "kernelbench", "--db", str(db), "--path", kb_path,
                "--solutions", str(sol), "--baselines", "eager", "--trials", str(trials), "--arch", "sm_90a",
-               "--executed", "off", "--device", device, "--timeout", "240", "--json"]
+               "--executed", "off", "--device", device, "--timeout", "240", "--no-energy", "--json"]
         for n in names:
             cmd += ["--task", n]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
@@ -394,6 +394,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="wall-clock budget; KernelBench gets 45%% of it, what it does not reach is listed")
     ap.add_argument("--kp-device", choices=("cuda", "cpu"), default="cuda",
                     help="kernelpro's --device (cpu: a dry run of this script's kernelpro side without a GPU)")
+    ap.add_argument("--concurrent", action="store_true",
+                    help="run both sides at once for the whole budget (speedups then under each other's load)")
     ap.add_argument("--only", choices=("both", "kb", "kp"), default="both", help="run one side only")
     ap.add_argument("--out", default=os.environ.get("OUT") or "/tmp/kb_side_by_side", help="output folder")
     ap.add_argument("--work", help="folder for solutions, stores and logs (default: a new temp folder)")
@@ -461,11 +463,16 @@ def main(argv: list[str] | None = None) -> int:
     pre = ThreadPoolExecutor(max_workers=1)
     probe = pre.submit(check_tasks, sorted({e["task"].key: e["task"] for e in entries}.values(), key=lambda t: t.key),
                        workers=max(1, (os.cpu_count() or 4) - 4)) if args.only != "kb" else None
-    kb_deadline = t_start + args.budget_s * (0.45 if args.only == "both" else 1.0)
+    # --concurrent: both sides share the GPU for the whole budget (verdicts are unaffected; both sides'
+    # speedups are then measured under each other's load, and the header says so).
+    share = 1.0 if args.concurrent or args.only != "both" else 0.45
+    kb_deadline = t_start + args.budget_s * share
     kb: dict[str, dict[str, Any]] = {}
     stubbed: list[str] = []
     fatal = None
-    if args.only in ("both", "kb"):
+
+    def kb_side() -> None:
+        nonlocal kb, stubbed, fatal
         import torch
 
         if not torch.cuda.is_available():
@@ -476,6 +483,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"KernelBench side: {len(kb)}/{len(entries)} evaluated in {time.time() - t_start:.0f} s"
               + (f"; stand-ins for uninstalled {', '.join(stubbed)}" if stubbed else "")
               + (f"; {fatal}" if fatal else ""), flush=True)
+
+    kb_thread = None
+    if args.only in ("both", "kb"):
+        if args.concurrent:
+            kb_thread = ThreadPoolExecutor(max_workers=1).submit(kb_side)
+        else:
+            kb_side()
     kp: dict[tuple[str, str], dict[str, Any]] = {}
     if args.only in ("both", "kp"):
         if probe is not None:
@@ -488,6 +502,8 @@ def main(argv: list[str] | None = None) -> int:
                     t_start + args.budget_s, args.kp_device)
         print(f"kernelpro side: {sum(1 for v in kp.values() if v.get('reason') != 'not_run')}/{len(entries)} "
               f"evaluated in {time.time() - t_kp:.0f} s", flush=True)
+    if kb_thread is not None:
+        kb_thread.result()
     for e in entries:
         e["kb"] = kb.get(e["key"], {})
         e["kp"] = kp.get((e["dir"].name, e["task"].name))
@@ -497,6 +513,8 @@ def main(argv: list[str] | None = None) -> int:
         [f"KernelBench eval_kernel_against_ref vs kernelpro bench ({time.strftime('%Y-%m-%d %H:%M:%S')}, "
          f"{_gpu_name()})",
          "KB/KBv0: KernelBench at atol=rtol 1e-4 (as shipped) / 1e-2 (v0); KP v0: '=' same at 1e-2",
+         f"sides: {'run at the same time on one GPU (speedups under load)' if args.concurrent else 'one after the other'}"
+         f"; kernelpro in {args.parallel} processes",
          f"kernelpro tolerance: {'; '.join(tol) if tol else '-'}", ""] + lines + [""] +
         [f"{counts['problems']} rows: agree {counts['agree']}, disagree {counts['disagree']}; KernelBench passes "
          f"{counts['kb_pass']}, kernelpro passes {counts['kp_pass']}; verdicts that change between 1e-4 and "

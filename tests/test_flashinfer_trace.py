@@ -211,6 +211,7 @@ def test_nvcc_error_is_one_line(tmp_path):
     ("simt", "gemm_n256_k512", {"tma": "absent", "wgmma": "absent"}),
     ("honest", "mha_with_lse_d128_test", {"tma": "emitted", "wgmma": "emitted"}),
     ("simt", "mha_with_lse_d128_test", {"tma": "absent", "wgmma": "absent"}),
+    ("honest", "mha_bwd_d128_test", {"tma": "emitted", "wgmma": "emitted"}),
 ])
 def test_static_verdicts_from_the_solutions_own_cubin(tmp_path, variant, definition, verdict):
     from kernelpro.static.verify import verify_task_candidate
@@ -243,7 +244,7 @@ def test_bench_without_gpu_verifies_the_solutions_statically(tmp_path, capsys):
     assert rc == 0
     rep = json.loads(capsys.readouterr().out)
     rows = {r["task"].split("/")[-1]: r for r in rep["rows"]}
-    assert set(rows) == {"gemm_n256_k512", "mha_with_lse_d128_test"}   # the bwd definition has no solution
+    assert set(rows) == {"gemm_n256_k512", "mha_with_lse_d128_test", "mha_bwd_d128_test"}
     assert all(r["features_ok"] is True and r["compiled"] for r in rows.values())
 
 
@@ -261,6 +262,19 @@ def test_bench_judges_the_three_gemm_solutions_on_the_gpu(tmp_path, capsys):
     assert all(r["correct"] for r in got["honest"].values())
     assert all(r["correct"] is False and r["reason"] == "wrong_output" for r in got["wrong"].values())
     assert all(r["correct"] and r["features_ok"] is False for r in got["simt"].values())
+
+
+@pytest.mark.gpu
+@needs_build
+def test_bench_judges_the_honest_backward_bundle_correct_on_the_gpu(tmp_path, capsys):
+    # the binding computes delta = rowsum(dO * O) itself and keeps the dQ scratch between calls
+    sol = write_solutions(tmp_path / "honest", "honest")
+    rc = main(["bench", SUITE, "--path", str(DATA), "--solutions", str(sol), "--task", "mha_bwd_d128_test",
+               "--arch", "sm_90a", "--baselines", "eager", "--no-energy", "--executed", "off", "--json",
+               "--profile", "kernelpro,ptxbench", "--db", str(tmp_path / "r.db")])
+    assert rc == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert rows and all(r["correct"] and r["features_ok"] for r in rows), rows
 
 
 @pytest.mark.gpu

@@ -10,7 +10,7 @@
 # ScalingIntelligence/KernelBench: .kb/src/kernelbench and .kb/KernelBench/level1..3); carry it.
 # Usage (repo root, one GPU):  bash docs/measurements/recipes/gpu_kernelbench_side_by_side.sh [flags]
 #   flags go to the script, e.g. --level1 20 --level2 4 --level3 2 for a shorter run.
-# Budget: BUDGET seconds (default 480) split 45% KernelBench / rest kernelpro; rows a side did not
+# Budget: BUDGET seconds (default 480), both sides at once on the GPU (--concurrent); rows a side did not
 # reach are listed as not compared. Writes $OUT/side_by_side.txt and $OUT/side_by_side.json.
 set -u
 export PYTHONPATH=$PWD
@@ -22,5 +22,5 @@ if [ ! -d "$KB/src/kernelbench" ]; then
   exit 1
 fi
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1
-python3 benchmarks/kernelbench_side_by_side.py --kb-path "$KB" --out "$OUT" --budget-s "${BUDGET:-480}" \
-  --parallel "${PARALLEL:-4}" "$@"
+python3 benchmarks/kernelbench_side_by_side.py --kb-path "$KB" --out "$OUT" --budget-s "${BUDGET:-480}" --concurrent \
+  --parallel "${PARALLEL:-6}" "$@"

@@ -1,11 +1,14 @@
 """Helpers of gpu_ptxbench_formats.sh (run from the repo root, PYTHONPATH set by the script).
 
-  headline CHECKOUT DEST   find PTXBench's five headline definitions in a checkout (trace sets under any
-                           definitions/ folder); the public repository carries no trace set (its data/ is
-                           empty by design), but it does carry gemm_n7168_k5120's definition as JSON in its
-                           Harbor task text: that one is read from there and given the M=8192 workload the
-                           Harbor task names. Writes a trace set to DEST and prints what it found.
-  gemm-solution DEST       the honest TVM-FFI GEMM bundle (tests/flashinfer_kernels.py) for gemm_n7168_k5120.
+  headline CHECKOUT DEST   PTXBench's five headline definitions as a trace set in DEST, made by PTXBench's own
+                           code from a checkout: its attention preparation scripts (run as they are, from
+                           the checkout) write mha_with_lse_d128[_causal] (random-input workloads) and
+                           mha_bwd_d128[_causal] (inputs from cuDNN's forward, as safetensors blobs; needs the
+                           GPU and the cuDNN frontend); the GEMM gemm_n7168_k5120 is read from its Harbor task
+                           text (the JSON it embeds) and given the M=8192 workload that task names. Only
+                           head dim 128 and the headline sequence length S=4096 are kept. Prints what it found.
+  solutions DEST           KernelPro's Hopper references as TVM-FFI solution bundles for the five headline
+                           definitions (tests/flashinfer_kernels.py: GEMM, attention forward, backward).
   sdpa-bwd                 cuDNN frontend SDPA backward beside PyTorch's (autograd through SDPA) at
                            B=4, H=48, S=4096, D=128 bf16, non-causal and causal, under the ptxbench
                            protocol (10 warm-ups, 3 x 50 calls, cold L2), plus a check of cuDNN's dQ, dK,
@@ -15,45 +18,73 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
-HEADLINE = ("mha_with_lse_d128", "mha_with_lse_d128_causal", "mha_bwd_d128", "mha_bwd_d128_causal",
-            "gemm_n7168_k5120")
+HEADLINE = {"mha_with_lse_d128": ("attn_fwd", False), "mha_with_lse_d128_causal": ("attn_fwd", True),
+            "mha_bwd_d128": ("attn_bwd", False), "mha_bwd_d128_causal": ("attn_bwd", True),
+            "gemm_n7168_k5120": ("gemm", False)}
+S_HEADLINE = 4096
+MULTITURN = Path("packages/mini-ptx-agent/fib_runtime/multiturn")
+# PTXBench's backward script, with its sequence lengths cut to the headline one (its blobs at S=16384 are
+# about 5 GB per workload): the script itself runs unchanged, from the checkout.
+_BWD = ("import runpy, sys; g = runpy.run_path(sys.argv[1], run_name='ptxbench_prepare'); "
+        "g['S_VALUES'][:] = [int(sys.argv[3])]; "
+        "sys.argv = [sys.argv[1], '--dataset-root', sys.argv[2], '--d-values', '128']; g['main']()")
 
 
 def headline(checkout: Path, dest: Path) -> None:
-    found = {}
-    for p in checkout.rglob("definitions/**/*.json"):
-        if p.stem in HEADLINE:
-            found[p.stem] = p
-    for name in HEADLINE:
-        print(f"{name}: {found[name] if name in found else 'no definition file in the checkout'}")
+    fwd = checkout / MULTITURN / "mha-with-lse-problems/scripts/prepare_mha_with_lse.py"
+    bwd = checkout / MULTITURN / "mha-bwd-problems/scripts/prepare_mha_bwd.py"
+    dest.mkdir(parents=True, exist_ok=True)
+    for script, cmd in ((fwd, [sys.executable, str(fwd), "--dataset-root", str(dest)]),
+                        (bwd, [sys.executable, "-c", _BWD, str(bwd), str(dest), str(S_HEADLINE)])):
+        if not script.is_file():
+            print(f"{script.relative_to(checkout)}: not in the checkout")
+            continue
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        tail = (r.stdout + r.stderr).strip().splitlines()[-2:]
+        print(f"{script.name}: exit {r.returncode}; {' | '.join(tail)}")
     gemm = checkout / "integrations/harbor/tasks/gemm_n7168_k5120/instruction.md"
     text = gemm.read_text() if gemm.is_file() else ""
     start = text.find("{", text.find("Task:"))
-    if start < 0:
-        print("gemm_n7168_k5120: no definition JSON in the Harbor task text either")
-        return
-    d, _ = json.JSONDecoder().raw_decode(text[start:])
-    (dest / "definitions" / "gemm").mkdir(parents=True, exist_ok=True)
-    (dest / "workloads" / "gemm").mkdir(parents=True, exist_ok=True)
-    (dest / "definitions" / "gemm" / f"{d['name']}.json").write_text(json.dumps(d, indent=1))
-    line = {"definition": d["name"], "workload": {"uuid": "94920358-01a8-4c5b-9209-3103fd490e94",
-                                                  "axes": {"M": 8192}, "inputs": {}}}
-    (dest / "workloads" / "gemm" / f"{d['name']}.jsonl").write_text(json.dumps(line) + "\n")
-    print(f"{d['name']}: definition read from {gemm.relative_to(checkout)} (workload M=8192) -> {dest}")
+    if start >= 0:
+        d, _ = json.JSONDecoder().raw_decode(text[start:])
+        (dest / "definitions" / "gemm").mkdir(parents=True, exist_ok=True)
+        (dest / "workloads" / "gemm").mkdir(parents=True, exist_ok=True)
+        (dest / "definitions" / "gemm" / f"{d['name']}.json").write_text(json.dumps(d, indent=1))
+        line = {"definition": d["name"], "workload": {"uuid": "94920358-01a8-4c5b-9209-3103fd490e94",
+                                                      "axes": {"M": 8192}, "inputs": {}}}
+        (dest / "workloads" / "gemm" / f"{d['name']}.jsonl").write_text(json.dumps(line) + "\n")
+        print(f"{d['name']}: definition read from {gemm.relative_to(checkout)} (workload M=8192)")
+    # keep the five headline definitions, each with its S=4096 workload only
+    for p in sorted(dest.glob("definitions/**/*.json")):
+        if p.stem not in HEADLINE:
+            p.unlink()
+    for p in sorted(dest.glob("workloads/**/*.jsonl")):
+        if p.stem not in HEADLINE:
+            p.unlink()
+            continue
+        keep = [ln for ln in p.read_text().splitlines()
+                if ln.strip() and json.loads(ln)["workload"]["axes"].get("S", S_HEADLINE) == S_HEADLINE]
+        p.write_text("".join(k + "\n" for k in keep))
+    for name in HEADLINE:
+        defs = list(dest.glob(f"definitions/**/{name}.json"))
+        loads = list(dest.glob(f"workloads/**/{name}.jsonl"))
+        n = len(loads[0].read_text().splitlines()) if loads else 0
+        print(f"{name}: {'definition ' + str(defs[0].relative_to(dest)) if defs else 'no definition'}, "
+              f"{n} workload(s)")
 
 
-def gemm_solution(dest: Path) -> None:
+def solutions(dest: Path) -> None:
     sys.path.insert(0, ".")
-    from tests.flashinfer_kernels import write_solutions
+    from tests.flashinfer_kernels import honest_bundle
 
-    tmp = write_solutions(dest / "_all", "honest")
-    b = json.loads((tmp / "gemm_n256_k512" / "solution.json").read_text())
-    b.update(name="gemm_n7168_k5120_kernelpro_hopper", definition="gemm_n7168_k5120")
-    (dest / "gemm_n7168_k5120").mkdir(parents=True, exist_ok=True)
-    (dest / "gemm_n7168_k5120" / "solution.json").write_text(json.dumps(b))
+    for name, (kind, causal) in HEADLINE.items():
+        (dest / name).mkdir(parents=True, exist_ok=True)
+        (dest / name / "solution.json").write_text(json.dumps(honest_bundle(name, kind, causal)))
+    print(f"wrote {len(HEADLINE)} KernelPro Hopper bundles under {dest}")
 
 
 def sdpa_bwd() -> None:
@@ -92,8 +123,8 @@ if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "headline":
         headline(Path(sys.argv[2]), Path(sys.argv[3]))
-    elif cmd == "gemm-solution":
-        gemm_solution(Path(sys.argv[2]))
+    elif cmd == "solutions":
+        solutions(Path(sys.argv[2]))
     elif cmd == "sdpa-bwd":
         sdpa_bwd()
     else:
