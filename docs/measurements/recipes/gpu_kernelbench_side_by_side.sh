@@ -21,6 +21,13 @@ if [ ! -d "$KB/src/kernelbench" ]; then
   echo "gpu_kernelbench_side_by_side: no KernelBench checkout at $KB (need $KB/src/kernelbench); carry one as .kb" >&2
   exit 1
 fi
+# KernelBench's package imports pydantic and python-dotenv, which the GPU image may lack: carry them as wheels in
+# the ignored folder .whl/ (pip download --no-deps ... pydantic pydantic-core annotated-types typing-inspection
+# python-dotenv, for the GPU machine's Python) and they are installed beside it.
+if ls .whl/*.whl > /dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/kbsite .whl/*.whl \
+    && export PYTHONPATH=/tmp/kbsite:$PYTHONPATH
+fi
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1
 python3 benchmarks/kernelbench_side_by_side.py --kb-path "$KB" --out "$OUT" --budget-s "${BUDGET:-480}" --concurrent \
   --parallel "${PARALLEL:-6}" "$@"
