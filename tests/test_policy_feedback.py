@@ -109,6 +109,25 @@ def test_raw_mode_uses_metrics_not_findings(template):
         assert moved & occ, prop.what           # the findings' barrier rule (STAGES up) is not what drove it
 
 
+def test_recorded_backward_reductions_move_the_backward_template_to_vector_dq():
+    # tests/data/ncu/attn_bwd_hopper.json is the backward reference with one scalar red.global.add per dQ
+    # element: its atomics finding must move the template from its generic start to BWD_DQ_RED_V2=1 (the
+    # change measured 1.23x / 1.28x faster at the headline shape), not to a deeper ring.
+    bwd = pytest.importorskip("kernelpro.suites.ptxbench.reference.attn_bwd_headline_bf16")
+    t = Template(bwd, "attn_bwd_headline_bf16")
+    assert t.generic_start == {"BWD_STAGES": 2, "BWD_DQ_RED_V2": 0}
+    findings = recorded_findings("attn_bwd_hopper")
+    assert "atomics" in {f["tool"] for f in findings}
+    pol = ParamPolicy(t, feedback="advice")
+    for seed in range(6):
+        parent = Node("n0", None, 0, bwd.make_source(t.generic_start), info={"params": t.generic_start},
+                      outcome=EvalOutcome(True, speedup=0.45, findings=findings))
+        c = ExpandContext(parent=parent, best=parent, memory=SearchMemory(), seen=set(), rng=random.Random(seed))
+        prop = pol.propose(c)
+        assert prop.info["params"] == {"BWD_STAGES": 2, "BWD_DQ_RED_V2": 1}, prop.what
+        assert prop.info["steer"].startswith("advice: atomics"), prop.info
+
+
 def test_none_mode_ignores_the_profile(template):
     findings = recorded_findings("low_occupancy")
     pol = ParamPolicy(template, feedback="none")

@@ -93,10 +93,12 @@ def test_template_moves_and_rules():
 
     ref = _reference("attn_bwd_causal_headline_bf16")
     t = Template(ref, "attn_bwd_causal_headline_bf16")
-    assert [q for _, _, q in moves(t, t.params)] == [{"BWD_STAGES": 3}]
+    assert [q for _, _, q in moves(t, t.params)] == [{"BWD_STAGES": 3, "BWD_DQ_RED_V2": 1},
+                                                     {"BWD_STAGES": 2, "BWD_DQ_RED_V2": 0}]
     assert ref.validate({"BWD_STAGES": 4}) and ref.validate({"BWD_CONSUMERS": 3})
+    assert ref.validate({"BWD_DQ_RED_V2": 2}) and ref.validate({"BWD_DQ_RED_V2": 0}) is None
     src = ref.make_source({"BWD_STAGES": 3})
-    assert params_of(src) == {"BWD_STAGES": 3}
+    assert params_of(src) == {"BWD_STAGES": 3, "BWD_DQ_RED_V2": 1}
     compile(src, "cand.py", "exec")
     with pytest.raises(ValueError, match="BWD_STAGES"):
         ref.make_source({"BWD_STAGES": 4})

@@ -127,14 +127,37 @@ def attn_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.T
 
 # ---- parameter-search template support, shared by the four attn_bwd reference files ----
 
+KNOBS = ("BWD_STAGES", "BWD_DQ_RED_V2")
+
+
 def validate(params: dict) -> str | None:
     """Why ``params`` cannot build (the kernel's static_asserts); None if valid."""
-    unknown = sorted(set(params) - {"BWD_STAGES"})
+    unknown = sorted(set(params) - set(KNOBS))
     if unknown:
-        return f"unknown PARAMS keys {unknown}; the attention-backward template has BWD_STAGES only"
+        return f"unknown PARAMS keys {unknown}; the attention-backward template has {', '.join(KNOBS)}"
     if params.get("BWD_STAGES", 2) not in (2, 3):
         return "BWD_STAGES must be 2 or 3 (K, V, the Q/dO ring and two dS buffers in 227 KB of shared memory)"
+    if params.get("BWD_DQ_RED_V2", 1) not in (0, 1):
+        return "BWD_DQ_RED_V2 must be 0 (one scalar atomicAdd per dQ element) or 1 (red.global.add.v2.f32)"
     return None
+
+
+# Search space and the profile findings that implicate each knob (kernelpro.agent.policy_param).
+LADDERS = {"BWD_STAGES": [2, 3], "BWD_DQ_RED_V2": [0, 1]}
+ADVICE = [
+    ("atomics", r"global reductions saturate", "BWD_DQ_RED_V2", +1, 3.0,
+     "two dQ columns per reduction request halve the requests that reach L2"),
+    ("warp_stalls", r"barrier|long_scoreboard|mbarrier", "BWD_STAGES", +1, 1.5,
+     "consumers wait on a Q/dO tile's full barrier: a third ring stage has it loaded ahead"),
+    ("occupancy", r"shared memory", "BWD_STAGES", -1, 1.0, "each Q/dO stage is 32 KB of shared memory"),
+]
+GUIDANCE = [
+    (r"atomic|global reduction|red\.global|crossbar", "BWD_DQ_RED_V2", +1, 2.0),
+    (r"latency|stall|long.?scoreboard|mbarrier|tma.*(wait|starv)", "BWD_STAGES", +1, 1.5),
+    (r"shared.?memory|smem|occupancy", "BWD_STAGES", -1, 1.0),
+]
+# A first version: a two-stage ring and one scalar atomicAdd per dQ element.
+GENERIC_START = {"BWD_STAGES": 2, "BWD_DQ_RED_V2": 0}
 
 
 def make_source(reference: Path, defaults: dict, params: dict) -> str:

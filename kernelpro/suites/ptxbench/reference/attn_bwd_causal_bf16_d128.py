@@ -6,7 +6,9 @@ loaded by ``_attn_bwd_common.py``. Compiled for sm_90a and checked statically; i
 established by ``kernelpro bench``.
 
 A template for the parameter search too (``PARAMS``, ``make_source``, ``validate``, ``LADDERS``,
-``GUIDANCE``): ``BWD_STAGES`` (2 or 3), the depth of the Q/dO ring, passed to nvcc as a macro.
+``ADVICE``, ``GENERIC_START``): ``BWD_STAGES`` (2 or 3), the depth of the Q/dO ring, and
+``BWD_DQ_RED_V2`` (dQ added with red.global.add.v2.f32, or one scalar atomicAdd per element), passed to
+nvcc as macros.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ CAUSAL = True
 
 PARAMS = {
     "BWD_STAGES": 2,
+    "BWD_DQ_RED_V2": 1,
 }
 
 # ---- candidate body (make_source copies everything from here to the end marker) ----
@@ -74,8 +77,5 @@ def validate(p: dict) -> str | None:
 
 # ---- search space, read by the LLM-free parameter policy (kernelpro.agent.policy_param) ----
 
-LADDERS = {"BWD_STAGES": [2, 3]}
-GUIDANCE = [
-    (r"latency|stall|long.?scoreboard|mbarrier|tma.*(wait|starv)", "BWD_STAGES", +1, 1.5),
-    (r"shared.?memory|smem|occupancy", "BWD_STAGES", -1, 1.0),
-]
+LADDERS, ADVICE, GUIDANCE = _common().LADDERS, _common().ADVICE, _common().GUIDANCE
+GENERIC_START = _common().GENERIC_START
