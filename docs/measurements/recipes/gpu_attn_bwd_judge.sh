@@ -4,7 +4,8 @@
 #   check   GPU tests of the tasks' tolerance and of the vendor baseline's flash fallback
 #   bench   build (parallel) + `kernelpro bench ptxbench --solutions reference` on the four tasks
 #   profile `kernelpro profile` (Nsight Compute, roofline-first advice) of the headline reference
-#   search  `kernelpro optimize --policy param` (greedy, LLM-free) over the backward template
+#   search  `kernelpro optimize --policy param` (greedy, LLM-free, advice-steered) over the backward template,
+#           from its generic start (two stages, scalar dQ atomics)
 #   export PYTHONPATH=$PWD; bash docs/measurements/recipes/gpu_attn_bwd_judge.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1 KERNELPRO_CACHE=${KERNELPRO_CACHE:-/tmp/kpcache}
@@ -22,7 +23,7 @@ for step in $STEPS; do
              --task "ptxbench/$HEADLINE" --calls 1 --max-kernels 4 --timeout 180 --db "$OUT/profile.db" \
              2>&1 | tail -40 ;;
     search) OUT=$OUT/search TASK="ptxbench/$HEADLINE" SEARCHES=greedy NODES=${NODES:-2} CMP_ROUNDS=0 \
-            BUDGET_S=${SEARCH_S:-220} START=BWD_STAGES=2 bash docs/measurements/recipes/gpu_search.sh ;;
+            BUDGET_S=${SEARCH_S:-220} START=BWD_STAGES=2,BWD_DQ_RED_V2=0 bash docs/measurements/recipes/gpu_search.sh ;;
     *) echo "unknown step $step (check, bench, profile, search)"; exit 2 ;;
   esac
 done
