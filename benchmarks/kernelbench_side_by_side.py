@@ -127,16 +127,30 @@ def kb_worker(spec_path: str) -> int:
     return 0
 
 
-def run_kb(items: list[dict[str, str]], kb_path: str, out: Path, perf_trials: int,
-           deadline: float) -> tuple[dict[str, dict[str, Any]], list[str], str | None]:
-    """({key: KernelBench record}, stubbed module names, fatal error) for `items`, in sandboxed children."""
+def run_kb(items: list[dict[str, str]], kb_path: str, out: Path, perf_trials: int, deadline: float,
+           parallel: int = 1) -> tuple[dict[str, dict[str, Any]], list[str], str | None]:
+    """({key: KernelBench record}, stubbed module names, fatal error) for `items`, in sandboxed children;
+    `parallel` children at once over disjoint shares of the items."""
+    if parallel > 1 and len(items) > 1:
+        shares = [items[i::parallel] for i in range(parallel)]
+        with ThreadPoolExecutor(max_workers=parallel) as ex:
+            parts = list(ex.map(lambda a: _run_kb_one(a[1], kb_path, out, perf_trials, deadline, str(a[0])),
+                                enumerate(shares)))
+        got = {k: v for g, _, _ in parts for k, v in g.items()}
+        stubbed = next((s for _, s, _ in parts if s), [])
+        return got, stubbed, next((f for _, _, f in parts if f), None)
+    return _run_kb_one(items, kb_path, out, perf_trials, deadline)
+
+
+def _run_kb_one(items: list[dict[str, str]], kb_path: str, out: Path, perf_trials: int, deadline: float,
+                tag: str = "") -> tuple[dict[str, dict[str, Any]], list[str], str | None]:
     from kernelpro import sandbox
 
     got: dict[str, dict[str, Any]] = {}
     stubbed: list[str] = []
     todo = list(items)
     while todo and time.time() < deadline:
-        spec = out / "kb_spec.json"
+        spec = out / f"kb_spec{tag}.json"
         spec.write_text(json.dumps({"kb_path": str(Path(kb_path).resolve()), "items": todo,
                                     "perf_trials": perf_trials}))
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
@@ -394,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="wall-clock budget; KernelBench gets 45%% of it, what it does not reach is listed")
     ap.add_argument("--kp-device", choices=("cuda", "cpu"), default="cuda",
                     help="kernelpro's --device (cpu: a dry run of this script's kernelpro side without a GPU)")
+    ap.add_argument("--kb-parallel", type=int, default=1,
+                    help="KernelBench evaluator processes at once over disjoint shares (default 1)")
     ap.add_argument("--concurrent", action="store_true",
                     help="run both sides at once for the whole budget (speedups then under each other's load)")
     ap.add_argument("--only", choices=("both", "kb", "kp"), default="both", help="run one side only")
@@ -479,7 +495,8 @@ def main(argv: list[str] | None = None) -> int:
             fatal = "no CUDA device: KernelBench's eval_kernel_against_ref asserts one"
         else:
             kb, stubbed, fatal = run_kb([{"key": e["key"], "problem": str(e["task"].path), "solution": str(e["solution"])}
-                                         for e in entries], args.kb_path, out, args.perf_trials, kb_deadline)
+                                         for e in entries], args.kb_path, out, args.perf_trials, kb_deadline,
+                                        args.kb_parallel)
         print(f"KernelBench side: {len(kb)}/{len(entries)} evaluated in {time.time() - t_start:.0f} s"
               + (f"; stand-ins for uninstalled {', '.join(stubbed)}" if stubbed else "")
               + (f"; {fatal}" if fatal else ""), flush=True)
@@ -514,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
          f"{_gpu_name()})",
          "KB/KBv0: KernelBench at atol=rtol 1e-4 (as shipped) / 1e-2 (v0); KP v0: '=' same at 1e-2",
          f"sides: {'run at the same time on one GPU (speedups under load)' if args.concurrent else 'one after the other'}"
-         f"; kernelpro in {args.parallel} processes",
+         f"; kernelpro in {args.parallel} processes, KernelBench in {args.kb_parallel}",
          f"kernelpro tolerance: {'; '.join(tol) if tol else '-'}", ""] + lines + [""] +
         [f"{counts['problems']} rows: agree {counts['agree']}, disagree {counts['disagree']}; KernelBench passes "
          f"{counts['kb_pass']}, kernelpro passes {counts['kp_pass']}; verdicts that change between 1e-4 and "

@@ -39,3 +39,17 @@ def test_compare_counts_disagreements_tolerance_changes_and_unreached_rows():
     assert "deg:" in text and "degenerate_problem" in text
     assert "KernelBench verdict moves with the tolerance: FAIL at 1e-4, pass at 1e-2" in text
     assert lines[-1].rstrip().endswith("?")
+
+
+def test_kernelbench_side_splits_items_over_parallel_children(monkeypatch, tmp_path):
+    calls = []
+
+    def one(items, kb_path, out, perf_trials, deadline, tag=""):
+        calls.append((tag, [i["key"] for i in items]))
+        return {i["key"]: {"key": i["key"]} for i in items}, ["litellm"], None
+
+    monkeypatch.setattr(sbs, "_run_kb_one", one)
+    items = [{"key": f"k{i}", "problem": "p", "solution": "s"} for i in range(5)]
+    got, stubbed, fatal = sbs.run_kb(items, "kb", tmp_path, 10, 0.0, parallel=2)
+    assert sorted(got) == [f"k{i}" for i in range(5)] and stubbed == ["litellm"] and fatal is None
+    assert sorted(calls) == [("0", ["k0", "k2", "k4"]), ("1", ["k1", "k3"])]   # disjoint, own spec files
