@@ -298,3 +298,20 @@ def test_cudnn_frontend_backward_matches_the_reference(tmp_path):
     for got, want in zip(call.outputs, ref, strict=True):
         assert got.shape == want.shape
         assert torch.allclose(got.float(), want.float(), atol=2e-2, rtol=2e-2)
+
+
+@needs_build
+@pytest.mark.parametrize("kind, macro", [("attn_fwd", "ATTN_CAUSAL"), ("attn_bwd", "BWD_CAUSAL")])
+def test_causal_reference_bundles_set_their_macro_before_the_kernel_and_build(tmp_path, kind, macro):
+    # PTXBench's causal headline definitions get the same binding with the kernel's causal macro first
+    from kernelpro.suites import tvmffi
+    from tests.flashinfer_kernels import honest_bundle
+
+    b = honest_bundle(f"mha_{kind}_causal", kind, causal=True)
+    src = {s["path"]: s["content"] for s in b["sources"]}
+    assert src["kernel.cu"].startswith(f"#define {macro} 1\n")
+    so = tvmffi.shared_library(f"{kind}_causal", src, arch="sm_90a")
+    syms = subprocess.run(["nm", "-D", "--defined-only", str(so)], capture_output=True, text=True).stdout
+    assert "__tvm_ffi_run" in syms
+    with pytest.raises(ValueError, match="no causal form"):
+        honest_bundle("gemm_x", "gemm", causal=True)
