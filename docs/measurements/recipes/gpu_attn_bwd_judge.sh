@@ -22,7 +22,7 @@ for step in $STEPS; do
     profile) timeout 200 python3 -m kernelpro profile "kernelpro/suites/ptxbench/reference/$HEADLINE.py" \
              --task "ptxbench/$HEADLINE" --calls 1 --max-kernels 4 --timeout 180 --db "$OUT/profile.db" \
              2>&1 | tail -40 ;;
-    search) OUT=$OUT/search TASK="ptxbench/$HEADLINE" SEARCHES=greedy NODES=${NODES:-2} CMP_ROUNDS=0 \
+    search) OUT=$OUT/search TASK="ptxbench/$HEADLINE" SEARCHES=greedy NODES=${NODES:-3} CMP_ROUNDS=0 FEEDBACK=${FEEDBACK:-advice} \
             BUDGET_S=${SEARCH_S:-220} START=BWD_STAGES=2,BWD_DQ_RED_V2=0 bash docs/measurements/recipes/gpu_search.sh ;;
     *) echo "unknown step $step (check, bench, profile, search)"; exit 2 ;;
   esac

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# PTXBench's own formats in KernelPro, on one H100/H200. STEPS picks what runs (default all, about 11 minutes;
-# split it over two calls of the device's 10-minute limit: STEPS="headline refs", then STEPS="tests sdpa"):
+# PTXBench's own formats in KernelPro, on one H100/H200. STEPS picks what runs (default all, about 14 minutes;
+# split it over two calls of the device's 10-minute limit: STEPS=headline, then STEPS="refs tests sdpa"):
 #   headline  PTXBench's five headline definitions, made by PTXBench's own code from a checkout (arg 1,
 #             default .ptxbench): its attention preparation scripts, run unchanged (the backward one with
 #             its sequence lengths cut to the headline S=4096), and the GEMM's definition from its Harbor
@@ -8,7 +8,8 @@
 #             profiles (kernelpro, ptxbench), KernelPro's Hopper references as TVM-FFI solution bundles
 #             (GEMM, attention forward with LSE, attention backward), timed against the definitions' own
 #             run() (cuBLAS through torch, cuDNN);
-#   refs      (with headline) the definitions' own run() as the solution, through the loader;
+#             with the executed-instruction leg (EXECUTED=on, the default), so correct_with_arch is judged;
+#   refs      the definitions' own run() as the solution, through the loader;
 #   tests     KernelPro's TVM-FFI test kernels on the test definitions (tests/data/flashinfer_trace):
 #             honest (TMA + wgmma, both profiles; GEMM, forward and backward), wrong, simt (no requested
 #             feature);
@@ -22,6 +23,7 @@
 #     -d .wheels apache-tvm-ffi==0.1.15.post2 nvidia-cudnn-frontend
 # and copy both folders to the GPU machine (its python3 is 3.12 with torch, safetensors, nvcc and ninja):
 #   OUT=/tmp/o STEPS=headline bash docs/measurements/recipes/gpu_ptxbench_formats.sh .ptxbench
+# (the definitions are made again in a call that finds none under /tmp)
 set -uo pipefail
 CHECKOUT=${1:-.ptxbench}
 export OUT=${OUT:-$PWD/gpu_out}; mkdir -p "$OUT"
@@ -40,16 +42,22 @@ COMMON="--arch sm_90a --baselines eager --no-energy --executed off --trials 1 --
 
 STEPS=${STEPS:-headline refs tests sdpa}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
-if has headline; then
-  stamp "headline: PTXBench's five headline definitions, from its own scripts in $CHECKOUT"
+prepare() {   # PTXBench's headline definitions and our bundles for them, once per machine
+  [ -d /tmp/headline/definitions ] && [ -d /tmp/headline_sol ] && return
+  stamp "PTXBench's five headline definitions, from its own scripts in $CHECKOUT"
   rm -rf /tmp/headline /tmp/headline_sol
   timeout 240 python3 $H headline "$CHECKOUT" /tmp/headline 2>&1 | tee -a "$LOG"
   python3 $H solutions /tmp/headline_sol 2>&1 | tee -a "$LOG"
-  stamp "headline: KernelPro's Hopper references as TVM-FFI bundles, both profiles"
-  timeout ${HEADLINE_S:-300} $KP bench flashinfer-trace --path /tmp/headline --solutions /tmp/headline_sol $COMMON \
-    --profile kernelpro,ptxbench 2>&1 | tee -a "$LOG"
+}
+if has headline; then
+  prepare
+  # the executed leg (ncu) too, so correct_with_arch is judged from what the bundles ran
+  stamp "headline: KernelPro's Hopper references as TVM-FFI bundles, both profiles, executed leg ${EXECUTED:-on}"
+  timeout ${HEADLINE_S:-420} $KP bench flashinfer-trace --path /tmp/headline --solutions /tmp/headline_sol \
+    ${COMMON/--executed off/--executed ${EXECUTED:-on}} --profile kernelpro,ptxbench 2>&1 | tee -a "$LOG"
 fi
-if has refs; then     # after headline, in the same call: the definitions it made
+if has refs; then
+  prepare
   stamp "refs: the definitions' own run() through the loader as the solution, both profiles"
   timeout ${REFS_S:-170} $KP bench flashinfer-trace --path /tmp/headline --solutions reference $COMMON \
     --profile kernelpro,ptxbench 2>&1 | tee -a "$LOG"
