@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # PTXBench's own formats in KernelPro, on one H100/H200. STEPS picks what runs (default all, about 14 minutes;
-# split it over two calls of the device's 10-minute limit: STEPS=headline, then STEPS="refs tests sdpa"):
+# split it in two runs of under 10 minutes each: STEPS=headline, then STEPS="refs tests sdpa"):
 #   headline  PTXBench's five headline definitions, made by PTXBench's own code from a checkout (arg 1,
 #             default .ptxbench): its attention preparation scripts, run unchanged (the backward one with
 #             its sequence lengths cut to the headline S=4096), and the GEMM's definition from its Harbor
