@@ -127,14 +127,15 @@ def attn_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.T
 
 # ---- parameter-search template support, shared by the four attn_bwd reference files ----
 
-KNOBS = ("BWD_STAGES", "BWD_DQ_RED_V2")
+# Search space (kernelpro.agent.policy_param); its keys are the template's knobs.
+LADDERS = {"BWD_STAGES": [2, 3], "BWD_DQ_RED_V2": [0, 1]}
 
 
 def validate(params: dict) -> str | None:
     """Why ``params`` cannot build (the kernel's static_asserts); None if valid."""
-    unknown = sorted(set(params) - set(KNOBS))
+    unknown = sorted(set(params) - set(LADDERS))
     if unknown:
-        return f"unknown PARAMS keys {unknown}; the attention-backward template has {', '.join(KNOBS)}"
+        return f"unknown PARAMS keys {unknown}; the attention-backward template has {', '.join(LADDERS)}"
     if params.get("BWD_STAGES", 2) not in (2, 3):
         return "BWD_STAGES must be 2 or 3 (K, V, the Q/dO ring and two dS buffers in 227 KB of shared memory)"
     if params.get("BWD_DQ_RED_V2", 1) not in (0, 1):
@@ -142,8 +143,7 @@ def validate(params: dict) -> str | None:
     return None
 
 
-# Search space and the profile findings that implicate each knob (kernelpro.agent.policy_param).
-LADDERS = {"BWD_STAGES": [2, 3], "BWD_DQ_RED_V2": [0, 1]}
+# The profile findings that implicate each knob.
 ADVICE = [
     ("atomics", r"global reductions saturate", "BWD_DQ_RED_V2", +1, 3.0,
      "two dQ columns per reduction request halve the requests that reach L2"),
