@@ -274,3 +274,16 @@ def test_energy_per_call_from_the_counter(monkeypatch):
     assert a.j_per_call == pytest.approx(300 * a.seconds / a.calls, rel=0.05)
     assert a.j_per_tflop == pytest.approx(a.j_per_call / 2e-3)
     assert energy.measure(fns, {}, None, reason="no GPU").to_dict() == {"error": "no GPU", "protocol": "isolated"}
+
+
+def test_energy_windows_skip_the_pytorch_baselines_only_beside_a_library_one():
+    # bench times eager, compile and vendor: the energy windows go to the candidate and the library
+    # (plus compare's rivals), not to two more runs of the same reference through PyTorch.
+    timed = ["candidate", "eager", "compile", "vendor", "rival_b"]
+    assert energy.energy_sides(timed, ("eager", "compile", "vendor")) == ["candidate", "vendor", "rival_b"]
+    assert energy.energy_sides(["candidate", "eager", "cudnn_frontend"], ("eager", "cudnn_frontend")) == [
+        "candidate", "cudnn_frontend"]
+    # the search's default: one baseline, eager; its energy ratio needs that side
+    assert energy.energy_sides(["candidate", "eager"], ("eager",)) == ["candidate", "eager"]
+    assert energy.energy_sides(["candidate", "eager", "compile"], ("eager", "compile")) == [
+        "candidate", "eager", "compile"]

@@ -36,6 +36,19 @@ _perf_counter = time.perf_counter
 CAVEATS = ("whole-board NVML counter (includes idle/static power and other tenants), no L2 flush between "
            "calls, windows alternated A B A B")
 RESOLUTION_J = 1e-3   # the counter's unit (mJ)
+# Baselines that run the task's own reference through PyTorch. Each energy window costs seconds of worker
+# time per side, and joules matter for the candidate, the library it is judged against and compare's
+# rivals: when a library baseline is timed too, these get no energy windows of their own.
+PYTORCH_BASELINES = ("eager", "compile")
+
+
+def energy_sides(timed: list[str], baselines: tuple[str, ...] | list[str]) -> list[str]:
+    """Which of the timed functions get energy windows: all of them, except the PyTorch baselines when a
+    library baseline (vendor, cudnn_frontend, torch_sdpa, triton) is among `baselines`. A run whose only
+    baseline is eager or compile (the search's default) keeps it, so its energy ratio has a side."""
+    library = [b for b in baselines if b not in PYTORCH_BASELINES]
+    skip = {b for b in baselines if b in PYTORCH_BASELINES} if library else set()
+    return [n for n in timed if n not in skip]
 
 
 @dataclass(frozen=True)

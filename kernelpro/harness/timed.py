@@ -165,11 +165,12 @@ class TimingStage:
         self.phase("checks after timing", time.perf_counter() - t_phase)
         t_phase = time.perf_counter()
         if cfg.energy and self.on_gpu:
-            from kernelpro.harness.energy import measure_energy
+            from kernelpro.harness.energy import energy_sides, measure_energy
 
             est = (runs.get("isolated") or head).stats
+            sides = {k: fns[k] for k in energy_sides(list(fns), cfg.baselines)}
             try:
-                self.result["energy"] = measure_energy(fns, {k: v.median_ms for k, v in est.items()}, self.device,
+                self.result["energy"] = measure_energy(sides, {k: v.median_ms for k, v in est.items()}, self.device,
                                                        flops=self.task.work(size)[0] or None)
             except Exception as e:  # noqa: BLE001 - NVML missing or refused: say so, keep the run
                 self.result["energy"] = {"error": f"{type(e).__name__}: {e}"[:200], "protocol": "isolated"}
