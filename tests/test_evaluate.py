@@ -286,3 +286,22 @@ def test_torch_own_threads_are_not_the_candidates(tmp_path):
         stop.set()
         timer.quit()
         mine.join(5)
+
+
+def test_out_of_memory_in_the_harness_own_work_is_oom_not_a_crash(monkeypatch):
+    # Seen on a GPU shared by eleven processes: the reference's own allocation ran out of memory and the
+    # candidate was recorded as a crash.
+    from kernelpro.harness.evaluate import Evaluator
+    from kernelpro.harness.job import EvalConfig
+
+    root = Path(__file__).parent
+    cfg = EvalConfig(task_path=str(root / "tasks" / "vector_add.py"),
+                     candidate_path=str(root / "candidates" / "honest" / "vector_add_torch.py"), device="cpu")
+    ev = Evaluator(cfg)
+
+    def no_memory() -> None:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB.")
+
+    monkeypatch.setattr(ev, "_run", no_memory)
+    r = ev.run()
+    assert r["reason"] == "oom" and r["detail"].startswith("evaluator error: OutOfMemoryError")

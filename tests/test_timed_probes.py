@@ -43,3 +43,19 @@ def test_an_unprobed_last_call_is_still_checked():
         last["n"] = last.get("n", 0) + 1
         p.after(i)
     assert p.last_probed_call == 1 and last["n"] == 3
+
+
+def test_busy_time_check_is_not_fooled_by_a_shared_gpu_but_catches_a_shortened_timer():
+    from kernelpro.harness.timed import timer_below_busy
+
+    # An honest candidate on a GPU shared with other processes (seen: 2.66 ms event median, busy-time
+    # median 3.29 ms): the calls time slicing stretched must not make its own timer look forged.
+    contended = [2.45, 2.5, 2.55, 2.6, 2.62] + [3.2, 3.29, 3.3, 3.6, 4.1, 4.5, 5.0]
+    assert timer_below_busy(2.66, contended) is None
+    # The median rule flagged that run; the low quantile does not.
+    assert 2.66 < 0.9 * sorted(contended)[len(contended) // 2]
+    # A timer read down to a third of what the kernels took is still caught, on a quiet GPU or a busy one.
+    quiet = [1.0, 1.01, 1.02, 0.99, 1.0, 1.03, 1.0, 1.01, 0.98, 1.0]
+    assert "below the candidate's own kernel busy time" in timer_below_busy(0.33, quiet)
+    assert timer_below_busy(0.8, contended) is not None
+    assert timer_below_busy(0.97, quiet) is None and timer_below_busy(1.0, []) is None

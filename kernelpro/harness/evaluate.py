@@ -254,7 +254,10 @@ class Evaluator(CorrectnessChecks, TimingStage):
         except CandidateFailure as f:
             self.fail(f.name, f.detail)
         except Exception as e:  # noqa: BLE001 - a bug of ours must still produce a result record
-            self.fail("crash", f"evaluator error: {type(e).__name__}: {e}"[:300])
+            # Out of memory in the harness's own work (the reference, clones, poison blocks) is still out
+            # of memory: on a GPU shared with other processes it is the first sign, not a crash.
+            name = "oom" if classify_exception(e)[0] == "oom" else "crash"
+            self.fail(name, f"evaluator error: {type(e).__name__}: {e}"[:300])
             self.result["evaluator_traceback"] = traceback.format_exc()[-2000:]
         self.result["wall_s"] = _perf_counter() - t_start
         return self.finish()

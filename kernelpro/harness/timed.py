@@ -334,16 +334,39 @@ class TimingStage:
                     c = calls[odd[0]]
                     self.fail("timed_differs", f"{len(odd)} of {len(calls)} timed calls launched a kernel count "
                                                f"the checked calls never did ({len(c['names'])} vs {sorted(counts)})")
-                busy = sorted(c["busy_ms"] for c in calls if c["busy_ms"] > 0)
+                busy = [c["busy_ms"] for c in calls if c["busy_ms"] > 0]
                 if busy:
-                    med = busy[len(busy) // 2]
-                    seen["kernel_busy_median_ms"] = med
-                    if cand_ms < 0.9 * med:
-                        self.fail("patched_timer", f"timed median {cand_ms * 1e3:.2f} us is below the candidate's "
-                                                   f"own kernel busy time {med * 1e3:.2f} us (activity record)")
+                    seen["kernel_busy_median_ms"] = sorted(busy)[len(busy) // 2]
+                    why = timer_below_busy(cand_ms, busy)
+                    if why:
+                        self.fail("patched_timer", why)
         if extra_ops:
             self.fail("timed_differs", f"timed calls ran op(s) no checked call ran: {extra_ops[:3]}")
         return seen
+
+
+BUSY_QUANTILE = 0.1    # the fastest tenth of the timed calls' own kernel time
+BUSY_SLACK = 0.9       # event samples may read up to 10% under it (timestamp granularity, clock domains)
+
+
+def timer_below_busy(cand_ms: float, busy_ms: list[float]) -> str | None:
+    """Why the event-timed median cannot be true, or None: it is under the kernels' own busy time, per call,
+    of the fastest `BUSY_QUANTILE` of the timed calls, less `BUSY_SLACK`.
+
+    A low quantile, not the median: on a GPU shared with other processes, time slicing stretches the
+    kernels of some calls (their activity spans include the time the context was switched out), and the
+    calls the timing protocol sampled may be the quieter ones. Seen on an H100 with eleven processes on
+    one GPU: honest cuBLAS calls timed at 2.66 ms against a busy-time median of 3.29 ms. An event sample
+    can never be shorter than the kernels that ran inside it, so a timer read down below the fastest
+    calls' busy time is still caught."""
+    if not busy_ms:
+        return None
+    busy = sorted(busy_ms)
+    low = busy[min(len(busy) - 1, int(len(busy) * BUSY_QUANTILE))]
+    if cand_ms < BUSY_SLACK * low:
+        return (f"timed median {cand_ms * 1e3:.2f} us is below the candidate's own kernel busy time "
+                f"{low * 1e3:.2f} us (fastest {BUSY_QUANTILE:.0%} of timed calls, activity record)")
+    return None
 
 
 def _timed_calls(prof: Any, tobs: dict[str, Any]) -> list[dict[str, Any]]:

@@ -30,4 +30,4 @@ if ls .whl/*.whl > /dev/null 2>&1; then
 fi
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1
 python3 benchmarks/kernelbench_side_by_side.py --kb-path "$KB" --out "$OUT" --budget-s "${BUDGET:-480}" --concurrent \
-  --parallel "${PARALLEL:-8}" --kb-parallel "${KB_PARALLEL:-3}" "$@"
+  --parallel "${PARALLEL:-3}" --kb-parallel "${KB_PARALLEL:-2}" "$@"
