@@ -102,3 +102,43 @@ def test_dead_branch_features_fail_and_the_reference_passes_on_gpu(tmp_path, cap
     assert dead["executed_ok"] is False and dead["executed"]["tma"] == 0 and dead["correct_with_arch"] is False
     assert ref["correct"] is True and ref["executed"]["tma"] > 0 and ref["executed"]["mbarrier"] > 0
     assert ref["correct_with_arch"] is True
+
+
+def test_each_profile_row_has_its_own_verdict_and_the_ncu_pass_follows_either(tmp_path, monkeypatch):
+    # Seen on an H100: the attention-backward bundle was correct under the kernelpro profile and wrong
+    # under PTXBench's (one element past atol 0.01). Both rows read wrong_output (the candidate's latest
+    # evaluation), and the ncu pass was skipped because that latest evaluation was the wrong one.
+    task = find_task(GEMM)
+    store = Store(tmp_path / "r.db")
+    run = store.new_run("bench", "ptxbench", {})
+    cid = store.add_candidate(run, task.key, "src", "py", "user")
+    store.record("verifications", cid, True, {"features_ok": True, "requested": ["wgmma"]}, arch="sm_90a")
+    for profile, ok in (("kernelpro", True), ("ptxbench", False)):
+        store.record("evaluations", cid, ok, {"candidate": "c.py", "device": "cuda", "ok": ok, "correct": ok,
+                                              "compiled": True, "profile": profile,
+                                              "reason": None if ok else "wrong_output",
+                                              "failed_checks": [] if ok else ["wrong_output"]}, arch="sm_90a")
+    rows = {"t": {"task": task, "cid": cid, "cand": None}}
+    rep = build_report(store, run, rows, ["sm_90a"], "sm_90a", ["eager"], profiles=["kernelpro", "ptxbench"])
+    by = {r["profile"]: r for r in rep["rows"]}
+    assert by["kernelpro"]["correct"] is True and by["ptxbench"]["correct"] is False
+    assert by["kernelpro"]["verdict"] != by["ptxbench"]["verdict"]
+    assert "wrong" in by["ptxbench"]["verdict"] and "wrong" not in by["kernelpro"]["verdict"]
+
+    import kernelpro.toolchain as tc
+
+    monkeypatch.setattr(tc, "find_tool", lambda name: None)
+    notes: list[str] = []
+
+    class _P:
+        def add_task(self, *a, **k):
+            return 0
+
+        def update(self, *a, **k):
+            pass
+
+        def advance(self, *a, **k):
+            pass
+
+    _executed_leg(store, rows, "sm_90a", argparse.Namespace(executed="auto", timeout=10, resume=False), notes, _P())
+    assert notes and "unjudged" in notes[0]   # it was due an ncu pass (none here): not skipped as incorrect

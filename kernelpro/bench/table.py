@@ -46,7 +46,7 @@ def build_report(store: Any, run_id: int, rows: dict[str, dict[str, Any]], archs
     for (key, profile), row in rows.items():
         cid = row["cid"]
         # The read-model the HTML report uses too: per-target compile and feature verdicts, and the verdict.
-        facts = candidate_facts(store, store.candidate(cid))
+        facts = candidate_facts(store, store.candidate(cid), profile=profile if len(profiles) > 1 else None)
         facts.per_arch = {a: x for a, x in facts.per_arch.items() if a in archs}
         all_facts.append(facts)
         vers = [v for v in store.results("verifications", cid) if v["arch"] in archs]

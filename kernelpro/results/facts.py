@@ -185,7 +185,9 @@ def arch_facts(ver: dict[str, Any]) -> ArchFacts:
                      requested, missing, cause, short, declared_out=bool(p.get("not_declared")))
 
 
-def candidate_facts(store: Any, cand: dict[str, Any]) -> Facts:
+def candidate_facts(store: Any, cand: dict[str, Any], profile: str | None = None) -> Facts:
+    """The read-model of one candidate; with `profile`, its verdict is that evaluation profile's (a bench
+    run under several profiles has one evaluation per profile, and each table row is one of them)."""
     f = Facts(id=cand["id"], run_id=cand["run_id"], task=cand["task"], origin=cand["origin"],
               parent_id=cand["parent_id"], info=cand.get("info") or {}, source=cand["source"], hash=cand["hash"])
     evs = store.results("evaluations", cand["id"])
@@ -225,7 +227,10 @@ def candidate_facts(store: Any, cand: dict[str, Any]) -> Facts:
     # A side-by-side round (compare / --confirm) re-times a candidate at one size; its own verdict stays the
     # evaluation it had in its run, unless it has no other (a candidate of a compare run).
     own = [e for e in evs if "compare_round" not in e["payload"]]
-    ev = (own or evs)[-1] if evs else None
+    if profile is not None:
+        own = [e for e in own if (e["payload"].get("profile") or "kernelpro") == profile]
+    pool = own if (own or profile is not None) else evs
+    ev = pool[-1] if pool else None
     if ev is not None:
         f.evaluated = True
         f.arch = ev["arch"] or f.arch
