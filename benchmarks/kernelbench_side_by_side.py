@@ -263,9 +263,17 @@ def _static(payload: dict[str, Any]) -> bool:
     return bool(rc) and tol is not None and all(v is not None and v <= tol for v in rc.values())
 
 
+def _kb_oom(rec: dict[str, Any] | None) -> bool:
+    md = (rec or {}).get("metadata") or {}
+    text = f"{(rec or {}).get('error') or ''} {md.get('runtime_error_name') or ''} {md.get('runtime_error') or ''}"
+    return "OutOfMemoryError" in text or "out of memory" in text.lower()
+
+
 def kb_verdict(rec: dict[str, Any] | None) -> str:
     if not rec:
         return "-"
+    if _kb_oom(rec):
+        return "oom"   # the GPU's memory, not the solution: not a verdict (see compare)
     if rec.get("error"):
         return "error"
     if not rec.get("compiled"):
@@ -328,13 +336,14 @@ def compare(entries: list[dict[str, Any]]) -> tuple[list[str], list[str], dict[s
         kp_c, kp_0 = kp_verdict(e["kp"]), kp_v0(e["kp"])
         kbx = _speedup(e["kb"].get("current"))
         kpx = (e["kp"] or {}).get("speedup", {}).get("eager") if kp_c in ("pass", "degenerate_problem") else None
-        judged = kb_c != "-" and kp_c not in ("-", "not_run")
+        # Out of memory on either side says how full the GPU was, not what the solution does: not compared.
+        judged = kb_c not in ("-", "oom") and kp_c not in ("-", "not_run", "oom")
         same = (kb_c == "pass") == (kp_c == "pass")
         counts["agree"] += judged and same
         counts["disagree"] += judged and not same
         counts["kb_pass"] += kb_c == "pass"
         counts["kp_pass"] += kp_c == "pass"
-        counts["kb_tol_changes"] += kb_c != kb_0
+        counts["kb_tol_changes"] += kb_c != kb_0 and "oom" not in (kb_c, kb_0)
         counts["kp_tol_changes"] += kp_c != kp_0
         name = e["label"] if len(e["label"]) <= 24 else e["label"][:23] + "~"
         lines.append(f"{name:<25}{kb_c:>6}{kb_0:>6}{_x(kbx):>7} {kp_c[:18]:<19}{('=' if kp_0 == kp_c else kp_0[:4]):>5}"
@@ -352,7 +361,10 @@ def compare(entries: list[dict[str, Any]]) -> tuple[list[str], list[str], dict[s
         elif kbx and kpx and max(kbx, kpx) / min(kbx, kpx) > 1.5:
             why.append(f"speedups differ {kbx:.2f}x vs {kpx:.2f}x (KernelBench: mean of {e['perf_trials']} calls, "
                        "L2 flushed; kernelpro: median, vs eager in the same interleaved loop)")
-        if kb_c != kb_0:
+        if "oom" in (kb_c, kp_c):
+            why.append("not compared: " + " and ".join(n for n, v in (("KernelBench", kb_c), ("kernelpro", kp_c))
+                                                       if v == "oom") + " ran out of GPU memory")
+        if kb_c != kb_0 and "oom" not in (kb_c, kb_0):
             why.append(f"KernelBench verdict moves with the tolerance: {kb_c} at 1e-4, {kb_0} at 1e-2")
         if kp_c != kp_0:
             why.append(f"kernelpro verdict moves with the tolerance: {kp_c} at 1e-4, {kp_0} at 1e-2 "
@@ -369,6 +381,28 @@ def compare(entries: list[dict[str, Any]]) -> tuple[list[str], list[str], dict[s
 # ------------------------------------------------------------------------------------------------
 # Selection and solutions
 # ------------------------------------------------------------------------------------------------
+
+def load_prior(paths: list[str]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """({key: KernelBench record}, {key: kernelpro row}) kept from earlier runs' side_by_side.json, so a
+    comparison too long for one sitting is finished over several (each side alone on the GPU, if need be).
+    What a side did not reach, or ran out of memory on, is left out and runs again."""
+    kb: dict[str, dict[str, Any]] = {}
+    kp: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        try:
+            entries = json.loads(Path(path).read_text())["entries"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise SystemExit(f"kernelbench_side_by_side: --prior {path}: not a side_by_side.json ({e})") from None
+        for e in entries:
+            k = e.get("key")
+            rec = e.get("kb") or {}
+            if k and rec and not (_kb_oom(rec.get("current")) or _kb_oom(rec.get("v0"))):
+                kb[k] = rec
+            row = e.get("kp")
+            if k and row and row.get("reason") not in ("not_run", "oom"):
+                kp[k] = row
+    return kb, kp
+
 
 def case_meta(path: Path) -> dict[str, str]:
     doc = ast.get_docstring(ast.parse(path.read_text())) or ""
@@ -413,6 +447,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrent", action="store_true",
                     help="run both sides at once for the whole budget (speedups then under each other's load)")
     ap.add_argument("--only", choices=("both", "kb", "kp"), default="both", help="run one side only")
+    ap.add_argument("--prior", action="append", default=[], metavar="JSON",
+                    help="an earlier run's side_by_side.json: its records are kept and not run again (a side "
+                         "that did not reach a row, or ran out of memory on it, runs it again); repeatable")
     ap.add_argument("--out", default=os.environ.get("OUT") or "/tmp/kb_side_by_side", help="output folder")
     ap.add_argument("--work", help="folder for solutions, stores and logs (default: a new temp folder)")
     ap.add_argument("--kb-worker", help=argparse.SUPPRESS)
@@ -472,6 +509,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(chosen)} problems + {len(entries) - len(chosen)} cases; work folder {out}", flush=True)
 
     entries = [e for e in entries if e["expect"]] + [e for e in entries if not e["expect"]]   # cases first
+    prior_kb, prior_kp = load_prior(args.prior)
+    if args.prior:
+        print(f"kept from --prior: KernelBench {sum(e['key'] in prior_kb for e in entries)}, kernelpro "
+              f"{sum(e['key'] in prior_kp for e in entries)} of {len(entries)} rows", flush=True)
     # kernelpro's degenerate-problem probe runs on the CPU: fill its cache while the GPU runs KernelBench.
     os.environ["KERNELPRO_CACHE"] = str(out / "cache")
     from kernelpro.suites.degenerate import check_tasks
@@ -495,8 +536,8 @@ def main(argv: list[str] | None = None) -> int:
             fatal = "no CUDA device: KernelBench's eval_kernel_against_ref asserts one"
         else:
             kb, stubbed, fatal = run_kb([{"key": e["key"], "problem": str(e["task"].path), "solution": str(e["solution"])}
-                                         for e in entries], args.kb_path, out, args.perf_trials, kb_deadline,
-                                        args.kb_parallel)
+                                         for e in entries if e["key"] not in prior_kb], args.kb_path, out,
+                                        args.perf_trials, kb_deadline, args.kb_parallel)
         print(f"KernelBench side: {len(kb)}/{len(entries)} evaluated in {time.time() - t_start:.0f} s"
               + (f"; stand-ins for uninstalled {', '.join(stubbed)}" if stubbed else "")
               + (f"; {fatal}" if fatal else ""), flush=True)
@@ -514,7 +555,8 @@ def main(argv: list[str] | None = None) -> int:
         t_kp = time.time()
         groups: dict[Path, list[str]] = {}
         for e in entries:
-            groups.setdefault(e["dir"], []).append(e["task"].name)
+            if e["key"] not in prior_kp:
+                groups.setdefault(e["dir"], []).append(e["task"].name)
         kp = run_kp(list(groups.items()), args.kb_path, out, args.parallel, args.kp_trials,
                     t_start + args.budget_s, args.kp_device)
         print(f"kernelpro side: {sum(1 for v in kp.values() if v.get('reason') != 'not_run')}/{len(entries)} "
@@ -522,8 +564,8 @@ def main(argv: list[str] | None = None) -> int:
     if kb_thread is not None:
         kb_thread.result()
     for e in entries:
-        e["kb"] = kb.get(e["key"], {})
-        e["kp"] = kp.get((e["dir"].name, e["task"].name))
+        e["kb"] = kb.get(e["key"]) or prior_kb.get(e["key"], {})
+        e["kp"] = kp.get((e["dir"].name, e["task"].name)) or prior_kp.get(e["key"])
     lines, dis, counts = compare(entries)
     tol = next((r["tolerance"] for r in kp.values() if r.get("tolerance")), None)
     text = "\n".join(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import kernelbench_side_by_side as sbs  # noqa: E402
 
@@ -53,3 +55,46 @@ def test_kernelbench_side_splits_items_over_parallel_children(monkeypatch, tmp_p
     got, stubbed, fatal = sbs.run_kb(items, "kb", tmp_path, 10, 0.0, parallel=2)
     assert sorted(got) == [f"k{i}" for i in range(5)] and stubbed == ["litellm"] and fatal is None
     assert sorted(calls) == [("0", ["k0", "k2", "k4"]), ("1", ["k1", "k3"])]   # disjoint, own spec files
+
+
+def test_out_of_memory_on_either_side_is_not_compared():
+    # Seen on an H100 with both evaluators in five processes on one GPU: most rows ran out of memory on
+    # one side or both, and "both failed" was counted as agreement.
+    ok = {"compiled": True, "correct": True, "runtime_ms": 1.0, "ref_runtime_ms": 2.0}
+    kb_oom = {"compiled": True, "correct": False, "runtime_ms": -1.0,
+              "metadata": {"runtime_error": "CUDA out of memory. Tried to allocate 6.00 GiB.",
+                           "runtime_error_name": "torch.OutOfMemoryError"}}
+    kp_oom = {"correct": False, "reason": "oom", "detail": "OutOfMemoryError: CUDA out of memory."}
+    rows = [_entry("both", kb_oom, kb_oom, kp_oom), _entry("kb only", kb_oom, ok, {"correct": True}),
+            _entry("kp only", ok, ok, kp_oom)]
+    lines, dis, counts = sbs.compare(rows)
+    assert counts["agree"] == 0 and counts["disagree"] == 0 and counts["kb_tol_changes"] == 0
+    assert all(line.rstrip().endswith("?") for line in lines[2:])
+    text = "\n".join(dis)
+    assert "not compared: KernelBench and kernelpro ran out of GPU memory" in text
+    assert "not compared: kernelpro ran out of GPU memory" in text
+
+
+def test_prior_runs_keep_what_each_side_finished_and_rerun_the_rest(tmp_path):
+    import json
+
+    ok = {"compiled": True, "correct": True, "runtime_ms": 1.0, "ref_runtime_ms": 2.0}
+    oom = {"compiled": True, "correct": False, "metadata": {"runtime_error_name": "torch.OutOfMemoryError"}}
+    first = {"entries": [
+        {"key": "solutions:a", "kb": {"current": ok, "v0": ok}, "kp": {"correct": None, "reason": "not_run"}},
+        {"key": "solutions:b", "kb": {"current": oom, "v0": oom}, "kp": {"correct": True, "reason": None}},
+        {"key": "solutions:c", "kb": {}, "kp": {"correct": False, "reason": "oom"}}]}
+    second = {"entries": [{"key": "solutions:a", "kb": {}, "kp": {"correct": False, "reason": "wrong_output"}}]}
+    paths = []
+    for i, d in enumerate((first, second)):
+        p = tmp_path / f"run{i}.json"
+        p.write_text(json.dumps(d))
+        paths.append(str(p))
+    kb, kp = sbs.load_prior(paths)
+    assert set(kb) == {"solutions:a"}                      # b ran out of memory: KernelBench runs it again
+    assert set(kp) == {"solutions:a", "solutions:b"}       # a from the second run; c ran out of memory
+    assert kp["solutions:a"]["reason"] == "wrong_output"
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    with pytest.raises(SystemExit, match="not a side_by_side.json"):
+        sbs.load_prior([str(bad)])
