@@ -298,6 +298,8 @@ def kp_verdict(row: dict[str, Any] | None) -> str:
         return "not_run"
     if row.get("correct"):
         return "degenerate_problem" if row.get("degenerate") else "pass"
+    if row.get("reason") == "crash" and "OutOfMemoryError" in str(row.get("detail") or ""):
+        return "oom"   # recorded before the harness named its own out-of-memory errors so
     return str(row.get("reason") or "FAIL")
 
 
