@@ -189,3 +189,22 @@ def test_a_result_record_forged_by_the_candidate_is_not_its_verdict(tmp_path):
                 return torch.zeros_like(a)
     """), timeout_s=120)
     assert not r.passed and r.speedup.get("eager") != 1000.0, (r.status, r.speedup)
+
+
+def test_an_honest_lazy_set_up_on_the_first_call_is_not_timed_differs(tmp_path):
+    # Seen on an H100 with a KernelBench solution that runs the problem's model once per new input shape:
+    # the first instance checked gets an unjudged warm-up call, the timing instance did not, so its first
+    # timed call ran ops (here a set-up matmul) no checked call ran and the candidate was flagged.
+    r = run_job(_job(tmp_path, """
+        import torch, torch.nn as nn
+        class ModelNew(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.ready = False
+            def forward(self, a, b):
+                if not self.ready:   # a workspace made on an instance's first call
+                    self.ws = torch.mm(torch.ones(4, 4), torch.ones(4, 4))
+                    self.ready = True
+                return a + b
+    """), timeout_s=120)
+    assert r.passed, (r.reason, r.detail)
