@@ -401,7 +401,7 @@ def load_prior(paths: list[str]) -> tuple[dict[str, dict[str, Any]], dict[str, d
             if k and rec and not (_kb_oom(rec.get("current")) or _kb_oom(rec.get("v0"))):
                 kb[k] = rec
             row = e.get("kp")
-            if k and row and row.get("reason") not in ("not_run", "oom"):
+            if k and row and kp_verdict(row) not in ("not_run", "oom"):
                 kp[k] = row
     return kb, kp
 

@@ -17,6 +17,19 @@ from kernelpro.suites.task import find_task
 GEMM = "ptxbench/gemm_bf16_headline"
 
 
+class _Progress:
+    """The progress bar `_executed_leg` drives, doing nothing."""
+
+    def add_task(self, *a, **k):
+        return 0
+
+    def update(self, *a, **k):
+        pass
+
+    def advance(self, *a, **k):
+        pass
+
+
 def _row(store: Store, run: int, task, correct: bool, features_ok: bool, executed: bool | None) -> dict:
     cid = store.add_candidate(run, task.key + f"#{len(store.candidates(run))}", "src", "py", "user")
     store.record("verifications", cid, features_ok, {"features_ok": features_ok, "requested": ["wgmma"]},
@@ -57,21 +70,11 @@ def test_missing_ncu_is_a_note_or_a_one_line_error(tmp_path, monkeypatch):
     run = store.new_run("bench", "ptxbench", {})
     rows = {"t": _row(store, run, task, True, True, None)}
 
-    class _P:
-        def add_task(self, *a, **k):
-            return 0
-
-        def update(self, *a, **k):
-            pass
-
-        def advance(self, *a, **k):
-            pass
-
     notes: list[str] = []
-    _executed_leg(store, rows, "sm_90a", argparse.Namespace(executed="auto", timeout=10), notes, _P())
+    _executed_leg(store, rows, "sm_90a", argparse.Namespace(executed="auto", timeout=10), notes, _Progress())
     assert len(notes) == 1 and "ncu" in notes[0] and "unjudged" in notes[0]
     with pytest.raises(KernelProError, match="ncu"):
-        _executed_leg(store, rows, "sm_90a", argparse.Namespace(executed="on", timeout=10), [], _P())
+        _executed_leg(store, rows, "sm_90a", argparse.Namespace(executed="on", timeout=10), [], _Progress())
     assert not store.results("profiles", rows["t"]["cid"])   # nothing invented
 
 
@@ -130,15 +133,5 @@ def test_each_profile_row_has_its_own_verdict_and_the_ncu_pass_follows_either(tm
     monkeypatch.setattr(tc, "find_tool", lambda name: None)
     notes: list[str] = []
 
-    class _P:
-        def add_task(self, *a, **k):
-            return 0
-
-        def update(self, *a, **k):
-            pass
-
-        def advance(self, *a, **k):
-            pass
-
-    _executed_leg(store, rows, "sm_90a", argparse.Namespace(executed="auto", timeout=10, resume=False), notes, _P())
+    _executed_leg(store, rows, "sm_90a", argparse.Namespace(executed="auto", timeout=10, resume=False), notes, _Progress())
     assert notes and "unjudged" in notes[0]   # it was due an ncu pass (none here): not skipped as incorrect

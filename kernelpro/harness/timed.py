@@ -343,9 +343,8 @@ class TimingStage:
                                                f"the checked calls never did ({len(c['names'])} vs {sorted(counts)})")
                 busy = [c["busy_ms"] for c in calls if c["busy_ms"] > 0]
                 if busy:
-                    ranked = sorted(busy)
-                    seen["kernel_busy_median_ms"] = ranked[len(ranked) // 2]
-                    seen["kernel_busy_low_ms"] = ranked[min(len(ranked) - 1, int(len(ranked) * BUSY_QUANTILE))]
+                    seen["kernel_busy_median_ms"] = sorted(busy)[len(busy) // 2]
+                    seen["kernel_busy_low_ms"] = busy_low(busy)
                     why = timer_below_busy(cand_ms, busy)
                     if why:
                         self.fail("patched_timer", why)
@@ -356,6 +355,12 @@ class TimingStage:
 
 BUSY_QUANTILE = 0.1    # the fastest tenth of the timed calls' own kernel time
 BUSY_SLACK = 0.9       # event samples may read up to 10% under it (timestamp granularity, clock domains)
+
+
+def busy_low(busy_ms: list[float]) -> float:
+    """The `BUSY_QUANTILE` quantile of the timed calls' kernel busy times (a non-empty list)."""
+    busy = sorted(busy_ms)
+    return busy[min(len(busy) - 1, int(len(busy) * BUSY_QUANTILE))]
 
 
 def timer_below_busy(cand_ms: float, busy_ms: list[float]) -> str | None:
@@ -370,8 +375,7 @@ def timer_below_busy(cand_ms: float, busy_ms: list[float]) -> str | None:
     calls' busy time is still caught."""
     if not busy_ms:
         return None
-    busy = sorted(busy_ms)
-    low = busy[min(len(busy) - 1, int(len(busy) * BUSY_QUANTILE))]
+    low = busy_low(busy_ms)
     if cand_ms < BUSY_SLACK * low:
         return (f"timed median {cand_ms * 1e3:.2f} us is below the candidate's own kernel busy time "
                 f"{low * 1e3:.2f} us (fastest {BUSY_QUANTILE:.0%} of timed calls, activity record)")
