@@ -49,7 +49,7 @@ class TimingStage:
         # timed-vs-checked comparison (lazy set-up, shape caches, autotuning): this one gets the same, on
         # inputs of another seed, so the timed calls are compared with checked calls made in the same state.
         # Its processes, threads, frame access and writes are judged; its ops are not compared.
-        _, warm = self._run_candidate(cand_model, self._inputs(mod, _sysrandom.randrange(2**31)))
+        warm = self._run_candidate(cand_model, self._inputs(mod, _sysrandom.randrange(2**31)))[1]
         self._judge_observations({**warm, "ops": set(), "swallowed": []}, "timing warm-up@default")
         self._sync()
         inputs = self._inputs(mod, seed)
@@ -152,11 +152,15 @@ class TimingStage:
         # the very last call, its output is not the original inputs' output and must not be compared to it.
         if last.get("n") != probes.last_probed_call:
             self._check_outputs(last["out"], ref_out, cin, inputs, "last timed call")
+        # What the recheck does not need goes before it (the energy windows still call through cin and
+        # rin): at KernelBench sizes each of these is a multi-GiB copy.
+        del ref_out, probes
+        last.pop("out", None)
         self._speed_of_light(size, cm)
         # re-check on inputs the candidate cannot have seen: the seed is drawn only now
         recheck_seed = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
         rin2 = self._inputs(mod, recheck_seed)
-        pristine = clone_tree(rin2)
+        pristine = rin2      # never handed to a model: the copy the candidate's arguments are compared with
         args = clone_tree(rin2)
         with torch.no_grad():
             ref2 = ref_model(*clone_tree(rin2))
@@ -169,6 +173,7 @@ class TimingStage:
         self.trials.append(rec)
         if not rec["ok"]:
             self.result["correct"] = False
+        del rin2, pristine, args, ref2, out2
         self.phase("checks after timing", time.perf_counter() - t_phase)
         t_phase = time.perf_counter()
         if cfg.energy and self.on_gpu:
@@ -438,17 +443,33 @@ class _TimedProbes:
     """A random subset of the candidate's timed calls (positions from os.urandom, drawn as the loop runs)
     gets fresh input values swapped into the same tensors before the call and its output copied after,
     both outside the timed window; after the loop each is compared with the reference. A candidate that
-    is honest only for the first N calls, or returns a cached result while it is timed, fails here."""
+    is honest only for the first N calls, or returns a cached result while it is timed, fails here.
+
+    Large problems (one input set and its outputs over BIG bytes, e.g. KernelBench's 6 GiB level-1
+    tensors) keep one fresh set instead of three, its reference made before the loop, and compare each
+    probed output as it is taken instead of keeping up to MAX copies of it: those copies alone were
+    more than an 80 GB card holds. The comparison runs where the copy ran, outside the timed window."""
 
     FIRST = 30      # time_interleaved's minimum repetitions: three probes are drawn among them
     MAX = 12
+    BIG = 1 << 28
 
     def __init__(self, ev: Any, mod: Any, inputs: list[Any], cin: list[Any], last: dict[str, Any], ref_model: Any):
         self.ev, self.inputs, self.cin, self.last, self.ref_model = ev, inputs, cin, last, ref_model
-        self.fresh = [ev._inputs(mod, int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF) for _ in range(3)]
+        self.fresh: list[list[Any]] = []
+        self.refs: list[list[torch.Tensor]] = []     # the fresh sets' reference outputs, made before the loop
+        for _ in range(3):
+            self.fresh.append(ev._inputs(mod, int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF))
+            with torch.no_grad():
+                self.refs.append([t for t in flatten(ref_model(*clone_tree(self.fresh[-1])))
+                                  if isinstance(t, torch.Tensor)])
+            self.big = _nbytes(self.fresh[0]) + _nbytes(self.refs[0]) > self.BIG
+            if self.big:
+                break
         self.early = {int.from_bytes(os.urandom(2), "little") % self.FIRST for _ in range(3)}
         self.pending: int | None = None
-        self.taken: list[tuple[int, int, list[torch.Tensor]]] = []
+        # (call, fresh set, the output's copy) or, for a large problem, (call, fresh set, whether it was right)
+        self.taken: list[tuple[int, int, list[torch.Tensor] | bool]] = []
         self.last_probed_call: int | None = None   # the candidate's call count at the latest probed call
 
     def _pick(self, i: int) -> bool:
@@ -472,23 +493,31 @@ class _TimedProbes:
         if k is None:
             return
         self.pending = None
-        outs = [t.clone() for t in flatten(self.last.get("out")) if type(t) is torch.Tensor]
-        self.taken.append((i, k, outs))
+        outs = [t for t in flatten(self.last.get("out")) if type(t) is torch.Tensor]
+        if self.big:
+            self.taken.append((i, k, self._right(outs, self.refs[k])))
+        else:
+            self.taken.append((i, k, [t.clone() for t in outs]))
         self.last_probed_call = self.last.get("n")
         self._fill(self.inputs)
 
+    def _right(self, outs: list[torch.Tensor], refs: list[torch.Tensor]) -> bool:
+        return len(outs) == len(refs) and all(
+            o.shape == r.shape and o.dtype == r.dtype and error_stats(o, r, self.ev.task.tolerance)["ok"]
+            for o, r in zip(outs, refs, strict=True))
+
     def judge(self) -> None:
-        ev = self.ev
         for i, k, outs in self.taken:
-            with torch.no_grad():
-                ref = self.ref_model(*clone_tree(self.fresh[k]))
-            refs = [t for t in flatten(ref) if isinstance(t, torch.Tensor)]
-            if len(outs) != len(refs) or not all(
-                    o.shape == r.shape and o.dtype == r.dtype and error_stats(o, r, ev.task.tolerance)["ok"]
-                    for o, r in zip(outs, refs, strict=True)):
-                ev.fail("wrong_output", f"timed call {i}: wrong output for fresh input values swapped in outside "
-                                        "the timed window (checked only after the loop)")
+            ok = outs if isinstance(outs, bool) else self._right(outs, self.refs[k])
+            if not ok:
+                when = "as it was taken" if isinstance(outs, bool) else "only after the loop"
+                self.ev.fail("wrong_output", f"timed call {i}: wrong output for fresh input values swapped in outside "
+                                             f"the timed window (checked {when})")
                 return
 
     def summary(self) -> dict[str, Any]:
         return {"probed_calls": [i for i, _, _ in self.taken]}
+
+
+def _nbytes(xs: list[Any]) -> int:
+    return sum(t.nbytes for t in flatten(xs) if isinstance(t, torch.Tensor))

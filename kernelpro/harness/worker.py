@@ -257,12 +257,27 @@ def _worker_main(jobfile: str, resultfile: str) -> int:
         result["source_warnings"] = []
     result["task_key"] = job.task_key
     result["schema"] = RESULT_SCHEMA
+    result["memory"] = _peaks(device)
     stage("done")
     # parsed before it is written: an undeclared key fails here, in the harness's own tests
     write_json_atomic(resultfile, Result.from_dict(clean_for_json(result)).to_dict())
     sys.stdout.flush()
     # a candidate's stray non-daemon threads must not keep the worker alive past its verdict
     os._exit(0)
+
+
+def _peaks(device: str) -> dict[str, Any]:
+    """The worker's high-water marks: what the harness and the candidate held together at the peak
+    (PyTorch's allocator on the GPU; the process's resident set on the host)."""
+    import resource
+
+    import torch
+
+    peaks: dict[str, Any] = {"rss_peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    if device.startswith("cuda") and torch.cuda.is_available():
+        peaks["gpu_peak_bytes"] = int(torch.cuda.max_memory_allocated())
+        peaks["gpu_reserved_peak_bytes"] = int(torch.cuda.max_memory_reserved())
+    return peaks
 
 
 if __name__ == "__main__":

@@ -64,6 +64,7 @@ class Result:
     source_warnings: list[Any] = field(default_factory=list)
     worker: dict[str, Any] | None = None                # rc, wall, timeout, gpu, log tail, isolation
     build: dict[str, Any] | None = None                 # the shared build the worker used (schema 2)
+    memory: dict[str, Any] | None = None                # the worker's peaks: gpu_peak_bytes, rss_peak_bytes
     # What the consumer that stored the record says about it:
     mode: str | None = None                             # "sanitizer:<tool>" for a sanitizer pass
     compare_run: int | None = None

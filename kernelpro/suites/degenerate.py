@@ -96,7 +96,7 @@ def change(a: Any, b: Any) -> float:
     """max |a - b| / (1 + |b|) over every tensor of two outputs; inf when shapes differ or NaNs move."""
     import torch
 
-    from kernelpro.harness.tensors import flatten
+    from kernelpro.harness.tensors import chunks, flatten
 
     xs, ys = flatten(a), flatten(b)
     if len(xs) != len(ys):
@@ -110,15 +110,17 @@ def change(a: Any, b: Any) -> float:
             return math.inf
         if x.numel() == 0:
             continue
-        x, y = x.detach().double(), y.detach().double()
-        if not torch.equal(torch.isnan(x), torch.isnan(y)):
-            return math.inf
-        fin = ~torch.isnan(y)
-        if not bool(fin.any()):
-            continue
-        d = (x[fin] - y[fin]).abs() / (1 + y[fin].abs())
-        d = torch.nan_to_num(d, nan=math.inf)   # inf - inf
-        worst = max(worst, float(d.max()))
+        # a slice at a time: the float64 copies of a whole KernelBench-size output do not fit beside it
+        for xc, yc in zip(chunks(x), chunks(y), strict=True):
+            xc, yc = xc.double(), yc.double()
+            if not torch.equal(torch.isnan(xc), torch.isnan(yc)):
+                return math.inf
+            fin = ~torch.isnan(yc)
+            if not bool(fin.any()):
+                continue
+            d = (xc[fin] - yc[fin]).abs() / (1 + yc[fin].abs())
+            d = torch.nan_to_num(d, nan=math.inf)   # inf - inf
+            worst = max(worst, float(d.max()))
     return worst
 
 
