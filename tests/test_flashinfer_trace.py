@@ -266,6 +266,9 @@ def test_bench_judges_the_three_gemm_solutions_on_the_gpu(tmp_path, capsys):
 
 @pytest.mark.gpu
 @needs_build
+@pytest.mark.xfail(strict=True, reason="wrong_output on an H100 (2026-12-07; docs/measurements/ptxbench_formats_h100_"
+                   "2026-12-07.md): this test definition draws O and L at random instead of from a forward, so "
+                   "P = exp(S - L) is not normalised and the kernel's bf16 P and dS lose what the fp32 definition keeps")
 def test_bench_judges_the_honest_backward_bundle_correct_on_the_gpu(tmp_path, capsys):
     # the binding computes delta = rowsum(dO * O) itself and keeps the dQ scratch between calls
     sol = write_solutions(tmp_path / "honest", "honest")
