@@ -75,19 +75,15 @@ class _NvmlPeak:
     """NVML's used memory of GPU 0, sampled in a thread; `peak - before` is what the evaluation took."""
 
     def __init__(self) -> None:
-        self.nv = None
-        try:
-            import pynvml as nv
+        sys.path.insert(0, str(ROOT))
+        from kernelpro.harness.telemetry import open_nvml
 
-            nv.nvmlInit()
-            self.nv, self.h = nv, nv.nvmlDeviceGetHandleByIndex(0)
-        except Exception as e:  # noqa: BLE001 - no NVML (a CPU machine): the device column stays empty
-            self.why = f"{type(e).__name__}: {e}"
+        self.dev, self.why = open_nvml(0)    # None on a machine without NVML: the device column stays empty
         self.before = self.peak = 0
         self._stop = threading.Event()
 
     def used(self) -> int:
-        return int(self.nv.nvmlDeviceGetMemoryInfo(self.h).used) if self.nv else 0
+        return int(self.dev.nv.nvmlDeviceGetMemoryInfo(self.dev.handle).used) if self.dev else 0
 
     def __enter__(self) -> _NvmlPeak:
         self.before = self.peak = self.used()
@@ -114,7 +110,7 @@ def measure(tree: Path, task: Path, cand: Path, device: str, timeout: float) -> 
     if line is None:
         return {"status": "error", "reason": f"rc {p.returncode}", "detail": (p.stderr or p.stdout)[-300:]}
     rec = json.loads(line[7:])
-    if nv.nv is not None:
+    if nv.dev is not None:
         rec["nvml_peak_bytes"] = nv.peak - nv.before
     return rec
 

@@ -38,6 +38,7 @@ from kernelpro.harness.tensors import (
     flatten,
     overlaps,
     poison_allocator,
+    tensor_bytes,
 )
 
 _AUDIT_FRAME_EVENTS = ("sys._getframe", "sys._current_frames", "object.__getattr__")
@@ -500,7 +501,7 @@ class CorrectnessChecks:
                     self.fail("lower_precision", f"{ctx}: {why}")
             prev.append((fps, ref_fps))
             self._reference_change(ref_out, first_ref, key)
-            if first_ref is None and sum(t.nbytes for t in flatten(ref_out) if isinstance(t, torch.Tensor)) <= 2 << 30:
+            if first_ref is None and tensor_bytes(ref_out) <= 2 << 30:
                 first_ref = [t.detach().clone() if isinstance(t, torch.Tensor) else t for t in flatten(ref_out)]
             self.trials.append(rec)
             all_ok &= rec["ok"]

@@ -70,6 +70,11 @@ def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a1 > a0 and b1 > b0 and a0 < b1 and b0 < a1
 
 
+def tensor_bytes(x: Any) -> int:
+    """Bytes held by the tensors of a nested output or argument list."""
+    return sum(t.nbytes for t in flatten(x) if isinstance(t, torch.Tensor))
+
+
 # Elements per slice of the whole-tensor reductions below. Their float64 temporaries are several times
 # the size of the tensor itself: at KernelBench's current sizes (6 GiB fp32 outputs) taken whole they
 # needed more memory than an 80 GB card holds. Slices of 2**22 elements keep them near 256 MiB in all on

@@ -24,7 +24,7 @@ from kernelpro.harness.guards import (
     classify_exception,
     foreign_threads,
 )
-from kernelpro.harness.tensors import clone_tree, error_stats, flatten, poison_allocator
+from kernelpro.harness.tensors import clone_tree, error_stats, flatten, poison_allocator, tensor_bytes
 from kernelpro.results.record import KERNEL_NAMES_KEPT
 from kernelpro.suites.task import import_module_from
 
@@ -458,19 +458,22 @@ class _TimedProbes:
         self.ev, self.inputs, self.cin, self.last, self.ref_model = ev, inputs, cin, last, ref_model
         self.fresh: list[list[Any]] = []
         self.refs: list[list[torch.Tensor]] = []     # the fresh sets' reference outputs, made before the loop
-        for _ in range(3):
-            self.fresh.append(ev._inputs(mod, int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF))
-            with torch.no_grad():
-                self.refs.append([t for t in flatten(ref_model(*clone_tree(self.fresh[-1])))
-                                  if isinstance(t, torch.Tensor)])
-            self.big = _nbytes(self.fresh[0]) + _nbytes(self.refs[0]) > self.BIG
-            if self.big:
-                break
+        self._add_fresh(mod)
+        self.big = tensor_bytes(self.fresh[0]) + tensor_bytes(self.refs[0]) > self.BIG
+        if not self.big:
+            self._add_fresh(mod)
+            self._add_fresh(mod)
         self.early = {int.from_bytes(os.urandom(2), "little") % self.FIRST for _ in range(3)}
         self.pending: int | None = None
         # (call, fresh set, the output's copy) or, for a large problem, (call, fresh set, whether it was right)
         self.taken: list[tuple[int, int, list[torch.Tensor] | bool]] = []
         self.last_probed_call: int | None = None   # the candidate's call count at the latest probed call
+
+    def _add_fresh(self, mod: Any) -> None:
+        self.fresh.append(self.ev._inputs(mod, int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF))
+        with torch.no_grad():
+            self.refs.append([t for t in flatten(self.ref_model(*clone_tree(self.fresh[-1])))
+                              if isinstance(t, torch.Tensor)])
 
     def _pick(self, i: int) -> bool:
         if len(self.taken) >= self.MAX:
@@ -517,7 +520,3 @@ class _TimedProbes:
 
     def summary(self) -> dict[str, Any]:
         return {"probed_calls": [i for i, _, _ in self.taken]}
-
-
-def _nbytes(xs: list[Any]) -> int:
-    return sum(t.nbytes for t in flatten(xs) if isinstance(t, torch.Tensor))
