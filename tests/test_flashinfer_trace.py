@@ -266,9 +266,6 @@ def test_bench_judges_the_three_gemm_solutions_on_the_gpu(tmp_path, capsys):
 
 @pytest.mark.gpu
 @needs_build
-@pytest.mark.xfail(strict=True, reason="wrong_output on an H100 (2026-12-07; docs/measurements/ptxbench_formats_h100_"
-                   "2026-12-07.md): this test definition draws O and L at random instead of from a forward, so "
-                   "P = exp(S - L) is not normalised and the kernel's bf16 P and dS lose what the fp32 definition keeps")
 def test_bench_judges_the_honest_backward_bundle_correct_on_the_gpu(tmp_path, capsys):
     # the binding computes delta = rowsum(dO * O) itself and keeps the dQ scratch between calls
     sol = write_solutions(tmp_path / "honest", "honest")
@@ -318,3 +315,59 @@ def test_causal_reference_bundles_set_their_macro_before_the_kernel_and_build(tm
     assert "__tvm_ffi_run" in syms
     with pytest.raises(ValueError, match="no causal form"):
         honest_bundle("gemm_x", "gemm", causal=True)
+
+
+def _bf16_kernel_backward(q, k, v, o, do, lse):
+    """A FlashAttention-style backward's numerics on the CPU: bf16 inputs, fp32 accumulation, P and dS rounded
+    to bf16 for their matmuls (as the Hopper reference's wgmma operands are)."""
+    bf = torch.bfloat16
+    q, k, v, o, do = (t.float() for t in (q, k, v, o, do))
+    scale = 1.0 / q.shape[-1] ** 0.5
+    p = torch.exp(torch.matmul(q, k.transpose(-1, -2)) * scale - lse.unsqueeze(-1)).to(bf).float()
+    dv = torch.matmul(p.transpose(-1, -2), do)
+    dp = torch.matmul(do, v.transpose(-1, -2))
+    ds = (p * (dp - (do * o).sum(-1, keepdim=True))).to(bf).float()
+    return (torch.matmul(ds, k) * scale).to(bf), (torch.matmul(ds.transpose(-1, -2), q) * scale).to(bf), dv.to(bf)
+
+
+def test_backward_workloads_draw_o_and_lse_from_a_forward_of_the_same_set():
+    # random O and LSE left P = exp(S - LSE) unnormalised and failed an honest bf16 kernel on an H100
+    from kernelpro.suites.task import instantiate
+
+    t = _tasks()["mha_bwd_d128_test"]
+    size = t.sizes("default")[0]
+    _, model, (q, k, v, o, do, lse) = instantiate(t, size)
+    s = torch.matmul(q.float(), k.float().transpose(-1, -2)) / 128 ** 0.5
+    assert lse.dtype == torch.float32 and torch.allclose(lse, torch.logsumexp(s, -1), atol=1e-5)
+    assert o.dtype == torch.bfloat16
+    assert torch.allclose(o.float(), torch.matmul(torch.softmax(s, -1), v.float()), atol=1e-2)
+    _, _, again = instantiate(t, size, seed=1)
+    assert not torch.equal(again[0], q) and not torch.equal(again[3], o)   # each set fresh, not one fixed O
+
+
+def test_an_honest_bf16_backward_passes_the_test_definition_and_fails_random_o_and_lse():
+    from kernelpro.harness.profiles import PTXBENCH_TOLERANCE
+    from kernelpro.harness.tensors import error_stats
+    from kernelpro.suites.task import instantiate
+
+    t = _tasks()["mha_bwd_d128_test"]
+    _, model, inputs = instantiate(t, t.sizes("default")[0])
+    for tol in (t.tolerance, PTXBENCH_TOLERANCE):
+        for got, want in zip(_bf16_kernel_backward(*inputs), model(*inputs), strict=True):
+            assert error_stats(got, want, tol)["ok"], error_stats(got, want, tol)
+    torch.manual_seed(0)
+    bad = [*inputs[:3], torch.randn_like(inputs[3]), inputs[4], torch.randn_like(inputs[5])]
+    assert not all(error_stats(g, w, t.tolerance)["ok"]
+                   for g, w in zip(_bf16_kernel_backward(*bad), model(*bad), strict=True))
+
+
+def test_the_causal_forward_for_backward_inputs_masks_keys_after_the_query():
+    from kernelpro.suites.flashinfer import _forward_o_lse
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 1500, 64, dtype=torch.bfloat16) for _ in range(3))   # two row blocks
+    o, lse = _forward_o_lse(q, k, v, causal=True)
+    s = torch.matmul(q.float(), k.float().transpose(-1, -2)) / 8.0
+    s = s.masked_fill(torch.ones(1500, 1500, dtype=torch.bool).triu(1), float("-inf"))
+    assert torch.allclose(lse, torch.logsumexp(s, -1), atol=1e-4)
+    assert torch.allclose(o, torch.matmul(torch.softmax(s, -1), v.float()), atol=1e-4)

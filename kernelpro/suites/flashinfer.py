@@ -485,6 +485,7 @@ class TraceRuntime:
             raise TaskError(f"{definition}: workload {missing[0]} is no longer in {self.root}; list the suite again")
         self.loads = [by_uuid[u] for u in uuids]
         self._safetensors: dict[str, dict[str, Any]] = {}
+        self._sdpa = _sdpa_meta(self.defn)
         self.Reference = self._reference_class()
 
     def _reference_class(self) -> type:
@@ -525,7 +526,48 @@ class TraceRuntime:
                 out.append(_rand((), spec.torch_dtype()).item())
             else:
                 out.append(_rand(spec.dims(axes) or (), spec.torch_dtype()))
+        if self._sdpa and self._sdpa["direction"] == "backward":
+            names = list(self.defn.inputs)
+            if all(w.inputs.get(n, InputSpec("random")).kind == "random" for n in names[3:6:2]):
+                # O and LSE drawn at random make P = exp(S - LSE) unnormalised (entries in the hundreds), a
+                # problem no forward produces, where any bf16 P/dS kernel fails an fp32 run() elementwise.
+                # PTXBench makes its backward workloads as here: random Q, K, V, dO, then O and LSE from a
+                # forward of the same Q, K, V; done per set, so every seed's set is fresh and consistent.
+                specs = list(self.defn.inputs.values())
+                o, lse = _forward_o_lse(out[0], out[1], out[2], self._sdpa["causal"])
+                out[3] = o.to(specs[3].torch_dtype())
+                out[5] = lse.reshape(specs[5].dims(axes) or lse.shape).to(specs[5].torch_dtype())
         return out
+
+
+def _forward_o_lse(q: Any, k: Any, v: Any, causal: bool) -> tuple[Any, Any]:
+    """softmax(Q K^T / sqrt(d)) V and its natural-log LSE in fp32, (B, H, S, d) and (B, H, S); causal masks key
+    j > query i (top-left aligned, as the definitions' run() does). On the GPU when there is one, whichever device the
+    inputs were made on: a backward workload at PTXBench's sizes is a teraflop of forward. One (batch, head) and 1024 query rows at a time, so
+    the score block stays at 1024 x S fp32."""
+    import math
+
+    import torch
+
+    dev = q.device if q.is_cuda or not torch.cuda.is_available() else torch.device("cuda")
+    b, h, s, d = q.shape
+    sk = k.shape[2]
+    o = torch.empty((b, h, s, d), dtype=torch.float32, device=q.device)
+    lse = torch.empty((b, h, s), dtype=torch.float32, device=q.device)
+    scale = 1.0 / math.sqrt(d)
+    cols = torch.arange(sk, device=dev)
+    for i in range(b):
+        for j in range(h):
+            kk, vv = k[i, j].to(dev).float(), v[i, j].to(dev).float()
+            for r in range(0, s, 1024):
+                sc = (q[i, j, r:r + 1024].to(dev).float() @ kk.T) * scale
+                if causal:
+                    rows = torch.arange(r, r + sc.shape[0], device=dev)
+                    sc.masked_fill_(cols[None, :] > rows[:, None], float("-inf"))
+                m = torch.logsumexp(sc, -1)
+                o[i, j, r:r + 1024] = (torch.exp(sc - m[:, None]) @ vv).to(q.device)
+                lse[i, j, r:r + 1024] = m.to(q.device)
+    return o, lse
 
 
 # -- solutions ----------------------------------------------------------------------------------------

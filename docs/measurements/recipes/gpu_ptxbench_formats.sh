@@ -67,7 +67,7 @@ if has tests; then
   python3 tests/flashinfer_kernels.py /tmp/sol 2>&1 | tee -a "$LOG"
   for v in honest wrong simt; do
     prof=kernelpro; [ $v = honest ] && prof=kernelpro,ptxbench
-    timeout 150 $KP bench flashinfer-trace --path tests/data/flashinfer_trace --solutions /tmp/sol/$v $COMMON \
+    timeout ${TESTS_S:-240} $KP bench flashinfer-trace --path tests/data/flashinfer_trace --solutions /tmp/sol/$v $COMMON \
       --profile $prof 2>&1 | tee -a "$LOG"
   done
 fi
