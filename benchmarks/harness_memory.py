@@ -70,6 +70,57 @@ print("RESULT " + json.dumps({"status": d["status"], "reason": d["reason"], "det
                               "rss_children": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}))
 """
 
+# --sites: the same evaluation in this process (no worker, no sandbox: a diagnostic, not a verdict), with
+# PyTorch's allocator history on; the trace is replayed to the moment the most bytes were live, and those
+# bytes are summed by the harness's code that allocated them (its four innermost kernelpro frames).
+SITES = r"""
+import json, sys, traceback
+import torch
+from kernelpro.harness.job import Job
+from kernelpro.harness.evaluate import Evaluator
+task, cand, device, timeout = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+job = Job(task_path=task, candidate_path=cand, task_suite="kernelbench", device=device, sizes="shown",
+          trials=2, baselines=("eager",), energy=False, timeout_s=timeout, protocols=("interleaved",))
+torch.cuda.set_per_process_memory_fraction(float(job.mem_fraction))
+torch.cuda.memory._record_memory_history(max_entries=500000, stacks="python")
+try:
+    r = Evaluator(job.eval_config()).run()
+    status = f"{r.get('status')} {r.get('reason') or ''}"
+except BaseException as e:   # the OOM is what is being looked at: report it, then replay the trace
+    status = f"raised {type(e).__name__}: {str(e)[:120]}"
+snap = torch.cuda.memory._snapshot()
+def site(frames):
+    own = [f for f in frames if "/kernelpro/" in f["filename"]][:4]
+    return " < ".join(f"{f['name']}:{f['line']}" for f in own) or (frames[0]["name"] if frames else "?")
+live, total, peak, at_peak = {}, 0, 0, {}
+for ev in (snap["device_traces"] or [[]])[0]:
+    if ev["action"] == "alloc":
+        live[ev["addr"]] = (ev["size"], site(ev.get("frames") or []))
+        total += ev["size"]
+        if total > peak:
+            peak, at_peak = total, dict(live)
+    elif ev["action"] == "free_completed" and ev["addr"] in live:
+        total -= live.pop(ev["addr"])[0]
+by = {}
+for size, where in at_peak.values():
+    by[where] = by.get(where, 0) + size
+print("SITES " + json.dumps({"status": status, "peak": peak, "sites": sorted(by.items(), key=lambda kv: -kv[1])[:12]}))
+"""
+
+
+def sites(tree: Path, task: Path, cand: Path, device: str, timeout: float, inputs: int) -> None:
+    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONUNBUFFERED="1")
+    p = subprocess.run([sys.executable, "-c", SITES, str(task), str(cand), device, str(timeout)],
+                       cwd=tree, env=env, capture_output=True, text=True, timeout=timeout + 120)
+    line = next((ln for ln in p.stdout.splitlines() if ln.startswith("SITES ")), None)
+    if line is None:
+        print(f"  sites: no trace (rc {p.returncode}): {(p.stderr or p.stdout)[-300:]}")
+        return
+    rec = json.loads(line[6:])
+    print(f"  sites: {rec['status']}; {_gib(rec['peak'])} GiB live at the peak ({rec['peak'] / inputs:.1f}x in)")
+    for where, size in rec["sites"]:
+        print(f"  {size / inputs:>5.1f}x {where[:70]}")
+
 
 class _NvmlPeak:
     """NVML's used memory of GPU 0, sampled in a thread; `peak - before` is what the evaluation took."""
@@ -127,6 +178,9 @@ def main() -> int:
     ap.add_argument("--baseline-tree", type=Path, help="a checkout of another commit, measured beside this one")
     ap.add_argument("--timeout", type=float, default=240)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--sites", action="store_true",
+                    help="then, on the GPU, rerun each size in-process with PyTorch's allocator history and "
+                         "print what the harness held at the peak, by allocating site, in input-sizes")
     a = ap.parse_args()
     trees = [("this", ROOT)] + ([("baseline", a.baseline_tree.resolve())] if a.baseline_tree else [])
     src, shape = PROBLEMS[a.problem]
@@ -151,6 +205,8 @@ def main() -> int:
             peak = rec.get("nvml_peak_bytes") if a.device.startswith("cuda") else rec.get("rss_children")
             print(f"  {gib:g} GiB {name}: {rec['status']} {rec.get('reason') or ''} peak {_gib(peak)} GiB "
                   f"({rec['wall']:.0f} s)", flush=True)
+            if a.sites and name == "this" and a.device.startswith("cuda"):
+                sites(tree, task, cand, a.device, a.timeout, inputs)
     print()
     print(f"{'input':>6} {'tree':<9} {'verdict':<16} {'device':>7} {'x in':>5} {'alloc':>6} {'host':>6} {'x in':>5}")
     for rec in rows:

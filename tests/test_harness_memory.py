@@ -136,3 +136,59 @@ def test_error_stats_peak_memory_stays_near_a_slice_on_the_gpu():
     extra = torch.cuda.max_memory_allocated() - base
     # float64 copies of a 2**23 slice and their temporaries: under 1 GiB; whole, it was about 8 GiB
     assert extra < 1 << 30, extra
+
+
+RELU = """
+import torch, torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+def get_inputs():
+    return [torch.randn(64, 256)]
+def get_init_inputs():
+    return []
+"""
+
+
+def test_input_sets_are_freed_when_their_stage_returns_without_the_garbage_collector(tmp_path, monkeypatch):
+    # A frame that held itself (sys._current_frames() in a local) kept every caller's frame alive until the
+    # collector ran: on a 6 GiB problem the cache probe's four tensors were still held through the timing.
+    import gc
+    import weakref
+
+    from kernelpro.harness.checks import CorrectnessChecks
+    from kernelpro.harness.evaluate import Evaluator
+    from kernelpro.harness.job import Job
+
+    (tmp_path / "level1").mkdir()
+    task = tmp_path / "level1" / "1_relu.py"
+    task.write_text(RELU)
+    cand = tmp_path / "cand.py"
+    cand.write_text(RELU.replace("class Model(", "class ModelNew("))
+    made: list[weakref.ref] = []
+    left: list[int] = []
+    orig_inputs, orig_probe = Evaluator._inputs, CorrectnessChecks._cache_probe
+
+    def inputs(self, mod, seed):
+        out = orig_inputs(self, mod, seed)
+        made.extend(weakref.ref(t) for t in out if isinstance(t, torch.Tensor))
+        return out
+
+    def probe(self, *a, **k):
+        n = len(made)
+        ok = orig_probe(self, *a, **k)
+        left.append(sum(r() is not None for r in made[n:]))
+        return ok
+
+    monkeypatch.setattr(Evaluator, "_inputs", inputs)
+    monkeypatch.setattr(CorrectnessChecks, "_cache_probe", probe)
+    job = Job(task_path=str(task), candidate_path=str(cand), task_suite="kernelbench", device="cpu",
+              sizes="shown", trials=1, baselines=("eager",), energy=False, timeout_s=60, protocols=("interleaved",))
+    gc.collect()
+    gc.disable()
+    try:
+        r = Evaluator(job.eval_config()).run()
+    finally:
+        gc.enable()
+    assert r["status"] == "passed", r.get("detail")
+    assert left and left == [0] * len(left), left
