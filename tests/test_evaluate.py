@@ -305,3 +305,49 @@ def test_out_of_memory_in_the_harness_own_work_is_oom_not_a_crash(monkeypatch):
     monkeypatch.setattr(ev, "_run", no_memory)
     r = ev.run()
     assert r["reason"] == "oom" and r["detail"].startswith("evaluator error: OutOfMemoryError")
+
+
+FIXED_TASK = """
+import torch, torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.tanh(x)
+def get_inputs():
+    return [torch.randn(64, 256, generator=torch.Generator().manual_seed(0)){fixed}]
+def get_init_inputs():
+    return []
+"""
+CACHING = """
+import torch, torch.nn as nn
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.kept = None
+    def forward(self, x):
+        if self.kept is None:
+            self.kept = torch.tanh(x)
+        return self.kept.clone()
+"""
+
+
+@pytest.mark.parametrize("fixed", [True, False])
+def test_inputs_fixed_by_the_task_are_reported_as_blind_to_output_caching(tmp_path, fixed):
+    # a FlashInfer-Trace workload whose inputs are a safetensors blob gives the same tensors to every draw:
+    # a cached output is right on every call, so the verdict must say its caching probes saw nothing
+    from kernelpro.harness.evaluate import Evaluator
+    from kernelpro.harness.job import Job
+
+    (tmp_path / "level1").mkdir()
+    task = tmp_path / "level1" / "1_tanh.py"
+    # not fixed: the task's own draw plus one from the harness's seeded generator
+    task.write_text(FIXED_TASK.replace("{fixed}", "" if fixed else " + torch.randn(64, 256)"))
+    cand = tmp_path / "cand.py"
+    cand.write_text(CACHING)
+    job = Job(task_path=str(task), candidate_path=str(cand), task_suite="kernelbench", device="cpu",
+              sizes="shown", trials=1, baselines=("eager",), energy=False, timeout_s=60, protocols=("interleaved",))
+    r = Evaluator(job.eval_config()).run()
+    checks = {c["name"]: c for c in r["checks"]}
+    if fixed:
+        assert r["status"] == "passed" and checks["fixed_inputs"]["severity"] == "warn", r.get("detail")
+    else:
+        assert r["status"] == "failed" and "fixed_inputs" not in checks

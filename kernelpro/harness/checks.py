@@ -572,6 +572,13 @@ class CorrectnessChecks:
         """New values written into the *same* input tensors must give a new output."""
         a = self._inputs(mod, _sysrandom.randrange(2**31))
         b = self._inputs(mod, _sysrandom.randrange(2**31))
+        pairs = [(x, y) for x, y in zip(a, b, strict=True) if isinstance(x, torch.Tensor) and x.is_floating_point()]
+        if pairs and all(bitwise_equal(x, y) for x, y in pairs):
+            # Inputs fixed by the task (e.g. a workload's safetensors blob): every set is the same, so an
+            # output cached from the first call is right on every later one and no probe can tell.
+            self.warn("fixed_inputs", f"{label}: every input draw is bit-identical (inputs fixed by the task), "
+                                      "so a candidate that returns a cached output cannot be caught")
+            return True
         out1, _ = self._run_candidate(cand_model, a)
         first = [t.clone() for t in flatten(out1) if type(t) is _Tensor]
         del out1    # a candidate that caches it keeps it alive itself; the copy is what is compared
