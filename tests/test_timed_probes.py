@@ -59,3 +59,20 @@ def test_busy_time_check_is_not_fooled_by_a_shared_gpu_but_catches_a_shortened_t
     assert "below the candidate's own kernel busy time" in timer_below_busy(0.33, quiet)
     assert timer_below_busy(0.8, contended) is not None
     assert timer_below_busy(0.97, quiet) is None and timer_below_busy(1.0, []) is None
+
+
+def test_one_output_rule_for_probes_and_rivals_rejects_a_dtype_change():
+    # the rivals' check once compared shape and values only: a rival returning fp32 for a bf16 reference
+    # was timed, though the checks fail that candidate
+    from kernelpro.harness.tensors import outputs_match
+    from kernelpro.suites.task import DEFAULT_TOLERANCE
+
+    tol = DEFAULT_TOLERANCE["bf16"]
+    ref = torch.randn(8, 16).to(torch.bfloat16)
+    assert outputs_match([ref.clone()], [ref], tol)
+    assert outputs_match([ref.clone(), 3], [ref, 3], tol)              # non-tensor outputs are not compared
+    assert not outputs_match([ref.float()], [ref], tol)                 # same values, other dtype
+    assert not outputs_match([ref.reshape(16, 8)], [ref], tol)
+    assert not outputs_match([ref.tolist()], [ref], tol)
+    assert not outputs_match([ref], [ref, ref], tol)
+    assert not outputs_match([ref + 1], [ref], tol)

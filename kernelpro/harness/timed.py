@@ -24,7 +24,7 @@ from kernelpro.harness.guards import (
     classify_exception,
     foreign_threads,
 )
-from kernelpro.harness.tensors import clone_tree, error_stats, flatten, poison_allocator, tensor_bytes
+from kernelpro.harness.tensors import clone_tree, flatten, outputs_match, poison_allocator, tensor_bytes
 from kernelpro.results.record import KERNEL_NAMES_KEPT
 from kernelpro.suites.task import import_module_from
 
@@ -221,10 +221,7 @@ class TimingStage:
                     os.environ.pop("TORCH_EXTENSIONS_DIR", None)
                 else:
                     os.environ["TORCH_EXTENSIONS_DIR"] = prev
-            outs, refs = flatten(got), flatten(ref_out)
-            if len(outs) != len(refs) or not all(
-                    isinstance(o, torch.Tensor) and o.shape == t.shape and error_stats(o, t, self.task.tolerance)["ok"]
-                    for o, t in zip(outs, refs, strict=True) if isinstance(t, torch.Tensor)):
+            if not outputs_match(flatten(got), flatten(ref_out), self.task.tolerance):
                 notes[label] = "rival left out: wrong output at the timing size"
                 continue
 
@@ -505,9 +502,7 @@ class _TimedProbes:
         self._fill(self.inputs)
 
     def _right(self, outs: list[torch.Tensor], refs: list[torch.Tensor]) -> bool:
-        return len(outs) == len(refs) and all(
-            o.shape == r.shape and o.dtype == r.dtype and error_stats(o, r, self.ev.task.tolerance)["ok"]
-            for o, r in zip(outs, refs, strict=True))
+        return outputs_match(outs, refs, self.ev.task.tolerance)
 
     def judge(self) -> None:
         for i, k, outs in self.taken:
