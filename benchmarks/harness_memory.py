@@ -56,13 +56,18 @@ def get_init_inputs():
 """, lambda n: (int((n // 2) ** 0.5), int((n // 2) ** 0.5))),
 }
 
-CHILD = r"""
-import json, resource, sys
+# the one job both children build: every check, timing interleaved against eager, no energy windows
+JOB = r"""
+import sys
 from kernelpro.harness.job import Job
-from kernelpro.harness.worker import run_job
 task, cand, device, timeout = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 job = Job(task_path=task, candidate_path=cand, task_suite="kernelbench", device=device, sizes="shown",
           trials=2, baselines=("eager",), energy=False, timeout_s=timeout, protocols=("interleaved",))
+"""
+
+CHILD = JOB + r"""
+import json, resource
+from kernelpro.harness.worker import run_job
 r = run_job(job, timeout_s=timeout, gpu=0 if device.startswith("cuda") else None)
 d = r.to_dict()
 print("RESULT " + json.dumps({"status": d["status"], "reason": d["reason"], "detail": d["detail"][:200],
@@ -70,17 +75,14 @@ print("RESULT " + json.dumps({"status": d["status"], "reason": d["reason"], "det
                               "rss_children": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}))
 """
 
-# --sites: the same evaluation in this process (no worker, no sandbox: a diagnostic, not a verdict), with
-# PyTorch's allocator history on; the trace is replayed to the moment the most bytes were live, and those
-# bytes are summed by the harness's code that allocated them (its four innermost kernelpro frames).
-SITES = r"""
-import json, sys, traceback
+# --sites: the same evaluation in one child process without the worker or its sandbox (a diagnostic, not a
+# verdict), with PyTorch's allocator history on; the trace is replayed to the moment the most bytes were
+# live, and those bytes are summed by the harness's code that allocated them (its four innermost kernelpro
+# frames).
+SITES = JOB + r"""
+import json
 import torch
-from kernelpro.harness.job import Job
 from kernelpro.harness.evaluate import Evaluator
-task, cand, device, timeout = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
-job = Job(task_path=task, candidate_path=cand, task_suite="kernelbench", device=device, sizes="shown",
-          trials=2, baselines=("eager",), energy=False, timeout_s=timeout, protocols=("interleaved",))
 torch.cuda.set_per_process_memory_fraction(float(job.mem_fraction))
 torch.cuda.memory._record_memory_history(max_entries=500000, stacks="python")
 try:

@@ -515,10 +515,19 @@ class TraceRuntime:
         """One workload's inputs in definition order; var axes from the task globals (the size)."""
         w = self.loads[int(g.get("KP_WORKLOAD", 0))]
         axes = {**self.defn.const_axes, **{a: int(g.get(a, w.axes[a])) for a in self.defn.var_axes}}
+        names, specs = list(self.defn.inputs), list(self.defn.inputs.values())
+        # O and LSE drawn at random make P = exp(S - LSE) unnormalised (entries in the hundreds), a problem no
+        # forward produces, where any bf16 P/dS kernel fails an fp32 run() elementwise. PTXBench makes its
+        # backward workloads as here: random Q, K, V, dO, then O and LSE from a forward of the same Q, K, V;
+        # done per set, so every seed's set is fresh and consistent.
+        derive = bool(self._sdpa and self._sdpa["direction"] == "backward"
+                      and all(w.inputs.get(names[i], InputSpec("random")).kind == "random" for i in (3, 5)))
         out: list[Any] = []
-        for name, spec in self.defn.inputs.items():
+        for i, (name, spec) in enumerate(zip(names, specs, strict=True)):
             how = w.inputs.get(name, InputSpec("random"))
-            if how.kind == "scalar":
+            if derive and i in (3, 5):
+                out.append(None)     # made below from this set's Q, K, V
+            elif how.kind == "scalar":
                 out.append(how.value)
             elif how.kind == "safetensors":
                 out.append(self._tensor_file(str(how.path))[str(how.tensor_key)].clone())
@@ -526,25 +535,19 @@ class TraceRuntime:
                 out.append(_rand((), spec.torch_dtype()).item())
             else:
                 out.append(_rand(spec.dims(axes) or (), spec.torch_dtype()))
-        if self._sdpa and self._sdpa["direction"] == "backward":
-            names = list(self.defn.inputs)
-            if all(w.inputs.get(n, InputSpec("random")).kind == "random" for n in names[3:6:2]):
-                # O and LSE drawn at random make P = exp(S - LSE) unnormalised (entries in the hundreds), a
-                # problem no forward produces, where any bf16 P/dS kernel fails an fp32 run() elementwise.
-                # PTXBench makes its backward workloads as here: random Q, K, V, dO, then O and LSE from a
-                # forward of the same Q, K, V; done per set, so every seed's set is fresh and consistent.
-                specs = list(self.defn.inputs.values())
-                o, lse = _forward_o_lse(out[0], out[1], out[2], self._sdpa["causal"])
-                out[3] = o.to(specs[3].torch_dtype())
-                out[5] = lse.reshape(specs[5].dims(axes) or lse.shape).to(specs[5].torch_dtype())
+        if derive:
+            o, lse = _forward_o_lse(out[0], out[1], out[2], self._sdpa["causal"])
+            out[3] = o.to(specs[3].torch_dtype())
+            out[5] = lse.reshape(specs[5].dims(axes) or lse.shape).to(specs[5].torch_dtype())
         return out
 
 
 def _forward_o_lse(q: Any, k: Any, v: Any, causal: bool) -> tuple[Any, Any]:
-    """softmax(Q K^T / sqrt(d)) V and its natural-log LSE in fp32, (B, H, S, d) and (B, H, S); causal masks key
-    j > query i (top-left aligned, as the definitions' run() does). On the GPU when there is one, whichever device the
-    inputs were made on: a backward workload at PTXBench's sizes is a teraflop of forward. One (batch, head) and 1024 query rows at a time, so
-    the score block stays at 1024 x S fp32."""
+    """softmax(Q K^T / sqrt(d)) V and its natural-log LSE in fp32, (B, H, S, d) and (B, H, S), on the inputs'
+    device; causal masks key j > query i (top-left aligned, as the definitions' run() does). Computed on the
+    GPU when there is one, whatever device the inputs were made on: a backward workload at PTXBench's sizes
+    is a teraflop of forward. One (batch, head) and 1024 query rows at a time, so the score block stays at
+    1024 x S fp32."""
     import math
 
     import torch
