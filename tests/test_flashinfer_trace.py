@@ -3,6 +3,7 @@ static verdicts, the ptxbench profile's rule and timing schedule, and (GPU) the 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -371,3 +372,94 @@ def test_the_causal_forward_for_backward_inputs_masks_keys_after_the_query():
     s = s.masked_fill(torch.ones(1500, 1500, dtype=torch.bool).triu(1), float("-inf"))
     assert torch.allclose(lse, torch.logsumexp(s, -1), atol=1e-4)
     assert torch.allclose(o, torch.matmul(torch.softmax(s, -1), v.float()), atol=1e-4)
+
+
+def _blob_trace_set(tmp_path: Path) -> Path:
+    """The test backward definition with one workload whose six inputs are a safetensors blob (random Q, K,
+    V, dO; O and LSE from their forward), as PTXBench ships its headline backward workloads."""
+    from safetensors.torch import save_file
+
+    from kernelpro.suites.flashinfer import _forward_o_lse
+
+    root = tmp_path / "trace"
+    (root / "definitions" / "attention").mkdir(parents=True)
+    (root / "workloads" / "attention").mkdir(parents=True)
+    (root / "blob").mkdir()
+    name = "mha_bwd_d128_test"
+    shutil.copy(DATA / "definitions" / "attention" / f"{name}.json", root / "definitions" / "attention")
+    g = torch.Generator().manual_seed(7)
+    q, k, v, do = (torch.randn(2, 4, 64, 128, generator=g).to(torch.bfloat16) for _ in range(4))
+    o, lse = _forward_o_lse(q, k, v, causal=False)
+    save_file({"Q": q, "K": k, "V": v, "O": o.to(torch.bfloat16), "dO": do, "L": lse.contiguous()},
+              str(root / "blob" / "s64.safetensors"))
+    inputs = {n: {"type": "safetensors", "path": "blob/s64.safetensors", "tensor_key": n}
+              for n in ("Q", "K", "V", "O", "dO", "L")}
+    line = {"definition": name, "workload": {"uuid": "kp-test-bwd-blob", "axes": {"S": 64}, "inputs": inputs}}
+    (root / "workloads" / "attention" / f"{name}.jsonl").write_text(json.dumps(line) + "\n")
+    return root
+
+
+needs_safetensors = pytest.mark.skipif(importlib.util.find_spec("safetensors") is None,
+                                       reason="needs the safetensors package (pip install safetensors)")
+
+
+@needs_safetensors
+def test_a_backward_blob_is_the_first_trials_data_and_every_other_draw_is_fresh_and_consistent(tmp_path):
+    # a blob gives every draw the same tensors: a candidate that knows (or caches) its answer is right on
+    # every call; backward blobs hold nothing a random draw cannot remake, so the probes get fresh sets
+    from kernelpro.suites.task import instantiate
+
+    t = {x.name: x for x in get_suite(SUITE).tasks(path=str(_blob_trace_set(tmp_path)))}["mha_bwd_d128_test"]
+    mod, _, own = instantiate(t, t.sizes("default")[0])
+    _, _, own_again = instantiate(t, t.sizes("default")[0], seed=5)
+    assert all(torch.equal(a, b) for a, b in zip(own, own_again, strict=True))    # the blob, whatever the seed
+    torch.manual_seed(1)
+    fresh = mod.get_fresh_inputs()
+    torch.manual_seed(2)
+    fresh2 = mod.get_fresh_inputs()
+    assert not torch.equal(fresh[0], own[0]) and not torch.equal(fresh[0], fresh2[0])
+    q, k, v, o, _, lse = fresh
+    s = torch.matmul(q.float(), k.float().transpose(-1, -2)) / 128 ** 0.5
+    assert torch.allclose(lse, torch.logsumexp(s, -1), atol=1e-5)            # O and LSE made by a forward
+    assert torch.allclose(o.float(), torch.matmul(torch.softmax(s, -1), v.float()), atol=1e-2)
+    assert [x.dtype for x in fresh] == [x.dtype for x in own] and [x.shape for x in fresh] == [x.shape for x in own]
+
+
+BLOB_ANSWERS = """
+import torch, torch.nn as nn
+from kernelpro.suites.flashinfer import TraceRuntime
+class ModelNew(nn.Module):
+    # knows the blob's answer (it read the workload's file) and returns it for any call; computes nothing
+    def __init__(self):
+        super().__init__()
+        self.answer = None
+    def forward(self, *inputs):
+        if self.answer is None:
+            self.answer = tuple(t.clone() for t in REFERENCE()(*inputs))
+        return tuple(t.clone() for t in self.answer)
+"""
+
+
+@needs_safetensors
+@pytest.mark.parametrize("candidate", ["honest", "blob_answers"])
+def test_a_candidate_answering_from_the_blob_is_caught_and_an_honest_one_passes_without_a_warning(tmp_path, candidate):
+    from kernelpro.harness.evaluate import Evaluator
+    from kernelpro.harness.job import Job
+
+    t = {x.name: x for x in get_suite(SUITE).tasks(path=str(_blob_trace_set(tmp_path)))}["mha_bwd_d128_test"]
+    cand = tmp_path / "cand.py"
+    head = f"import importlib.util as _u\n_s = _u.spec_from_file_location('kp_ref_task', {str(t.path)!r})\n" \
+           "_m = _u.module_from_spec(_s)\n_s.loader.exec_module(_m)\nREFERENCE = _m.Model\n"
+    if candidate == "honest":
+        cand.write_text(head + "class ModelNew(REFERENCE):\n    pass\n")
+    else:
+        cand.write_text(head + BLOB_ANSWERS)
+    job = Job(task_path=str(t.path), candidate_path=str(cand), task_suite=SUITE, device="cpu", sizes="shown",
+              trials=2, baselines=("eager",), energy=False, timeout_s=120, protocols=("interleaved",))
+    r = Evaluator(job.eval_config()).run()
+    names = {c["name"] for c in r["checks"]}
+    assert "fixed_inputs" not in names, r["warnings"]
+    if candidate == "honest":
+        assert r["status"] == "passed", (r["reason"], r["detail"])
+    else:
+        assert r["status"] == "failed" and r["reason"] in ("output_cached", "wrong_output"), (r["reason"], r["detail"])

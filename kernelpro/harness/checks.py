@@ -470,7 +470,7 @@ class CorrectnessChecks:
             seed = _sysrandom.randrange(2**31)
             order = "ref_first" if trial % 2 == 0 else "cand_first"
             ctx = f"{label} seed={seed} {order}"
-            inputs = self._inputs(mod, seed)
+            inputs = self._inputs(mod, seed, own=trial == 0)
             # `inputs` are never handed to a model (each gets a clone), so they are also the pristine copy
             # the candidate's arguments are compared with: one input-sized copy fewer at KernelBench sizes.
             pristine = inputs

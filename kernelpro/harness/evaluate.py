@@ -195,11 +195,16 @@ class Evaluator(CorrectnessChecks, TimingStage):
         mod.__dict__.update(size)
         return mod
 
-    def _inputs(self, mod: Any, seed: int) -> list[Any]:
+    def _inputs(self, mod: Any, seed: int, own: bool = False) -> list[Any]:
+        """One input set drawn with `seed`. A task whose inputs are fixed data (a workload's blob) may define
+        `get_fresh_inputs`, a set of the same kind drawn anew: only the first trial of each size (`own`)
+        gets the task's own data; every other draw (trials, probes, timed calls, the recheck) a fresh set, so
+        no call past the first can be answered from a table of the fixed data's outputs."""
         torch.manual_seed(seed)
         random.seed(seed)
+        draw = mod.get_inputs if own else getattr(mod, "get_fresh_inputs", mod.get_inputs)
         with torch.device(self.device):
-            xs = list(mod.get_inputs())
+            xs = list(draw())
         return [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in xs]
 
     def _models(self, mod: Any, cand_mod: Any, seed: int, judge: bool = True) -> tuple[Any, Any]:

@@ -22,6 +22,10 @@ globals as written are the size that is timed. KernelPro's metadata is one modul
         "triton": "grouped_mm",                   # a TRITON_KERNELS name: the `triton` baseline, timed by default
     }
 
+A task whose ``get_inputs`` returns fixed data (a recorded blob) may also define ``get_fresh_inputs()``,
+a set of the same kind drawn anew: the harness gives the fixed data to the first trial of each size and
+fresh sets to every other draw (``Evaluator._inputs``).
+
 ``META`` is read with ``ast.literal_eval`` so listing a suite never executes task code. A file
 without ``META`` (a plain KernelBench problem) gets defaults.
 """
