@@ -334,18 +334,12 @@ class ModelNew(nn.Module):
 def test_inputs_fixed_by_the_task_are_reported_as_blind_to_output_caching(tmp_path, fixed):
     # a FlashInfer-Trace workload whose inputs are a safetensors blob gives the same tensors to every draw:
     # a cached output is right on every call, so the verdict must say its caching probes saw nothing
-    from kernelpro.harness.evaluate import Evaluator
-    from kernelpro.harness.job import Job
+    from tests.inprocess import evaluate_in_process, write_problem
 
-    (tmp_path / "level1").mkdir()
-    task = tmp_path / "level1" / "1_tanh.py"
     # not fixed: the task's own draw plus one from the harness's seeded generator
-    task.write_text(FIXED_TASK.replace("{fixed}", "" if fixed else " + torch.randn(64, 256)"))
-    cand = tmp_path / "cand.py"
-    cand.write_text(CACHING)
-    job = Job(task_path=str(task), candidate_path=str(cand), task_suite="kernelbench", device="cpu",
-              sizes="shown", trials=1, baselines=("eager",), energy=False, timeout_s=60, protocols=("interleaved",))
-    r = Evaluator(job.eval_config()).run()
+    task, cand = write_problem(tmp_path, FIXED_TASK.replace("{fixed}", "" if fixed else " + torch.randn(64, 256)"),
+                               CACHING, "1_tanh")
+    r = evaluate_in_process(task, cand)
     checks = {c["name"]: c for c in r["checks"]}
     if fixed:
         assert r["status"] == "passed" and checks["fixed_inputs"]["severity"] == "warn", r.get("detail")

@@ -443,8 +443,7 @@ class ModelNew(nn.Module):
 @needs_safetensors
 @pytest.mark.parametrize("candidate", ["honest", "blob_answers"])
 def test_a_candidate_answering_from_the_blob_is_caught_and_an_honest_one_passes_without_a_warning(tmp_path, candidate):
-    from kernelpro.harness.evaluate import Evaluator
-    from kernelpro.harness.job import Job
+    from tests.inprocess import evaluate_in_process
 
     t = {x.name: x for x in get_suite(SUITE).tasks(path=str(_blob_trace_set(tmp_path)))}["mha_bwd_d128_test"]
     cand = tmp_path / "cand.py"
@@ -454,9 +453,7 @@ def test_a_candidate_answering_from_the_blob_is_caught_and_an_honest_one_passes_
         cand.write_text(head + "class ModelNew(REFERENCE):\n    pass\n")
     else:
         cand.write_text(head + BLOB_ANSWERS)
-    job = Job(task_path=str(t.path), candidate_path=str(cand), task_suite=SUITE, device="cpu", sizes="shown",
-              trials=2, baselines=("eager",), energy=False, timeout_s=120, protocols=("interleaved",))
-    r = Evaluator(job.eval_config()).run()
+    r = evaluate_in_process(t.path, cand, suite=SUITE, trials=2, timeout_s=120)
     names = {c["name"] for c in r["checks"]}
     assert "fixed_inputs" not in names, r["warnings"]
     if candidate == "honest":

@@ -158,19 +158,15 @@ def test_input_sets_are_freed_when_their_stage_returns_without_the_garbage_colle
 
     from kernelpro.harness.checks import CorrectnessChecks
     from kernelpro.harness.evaluate import Evaluator
-    from kernelpro.harness.job import Job
+    from tests.inprocess import evaluate_in_process, write_problem
 
-    (tmp_path / "level1").mkdir()
-    task = tmp_path / "level1" / "1_relu.py"
-    task.write_text(RELU)
-    cand = tmp_path / "cand.py"
-    cand.write_text(RELU.replace("class Model(", "class ModelNew("))
+    task, cand = write_problem(tmp_path, RELU, RELU.replace("class Model(", "class ModelNew("), "1_relu")
     made: list[weakref.ref] = []
     left: list[int] = []
     orig_inputs, orig_probe = Evaluator._inputs, CorrectnessChecks._cache_probe
 
-    def inputs(self, mod, seed):
-        out = orig_inputs(self, mod, seed)
+    def inputs(self, mod, seed, *a, **k):
+        out = orig_inputs(self, mod, seed, *a, **k)
         made.extend(weakref.ref(t) for t in out if isinstance(t, torch.Tensor))
         return out
 
@@ -182,12 +178,10 @@ def test_input_sets_are_freed_when_their_stage_returns_without_the_garbage_colle
 
     monkeypatch.setattr(Evaluator, "_inputs", inputs)
     monkeypatch.setattr(CorrectnessChecks, "_cache_probe", probe)
-    job = Job(task_path=str(task), candidate_path=str(cand), task_suite="kernelbench", device="cpu",
-              sizes="shown", trials=1, baselines=("eager",), energy=False, timeout_s=60, protocols=("interleaved",))
     gc.collect()
     gc.disable()
     try:
-        r = Evaluator(job.eval_config()).run()
+        r = evaluate_in_process(task, cand)
     finally:
         gc.enable()
     assert r["status"] == "passed", r.get("detail")
