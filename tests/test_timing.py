@@ -66,3 +66,38 @@ def test_repetitions_are_sized_from_warm_calls_not_the_first_slow_ones():
 
     run = time_protocol({"f": f}, "cpu", "isolated", warmup_ms=1, rep_ms=20, min_reps=8, max_reps=400, windows=2)
     assert run.reps["f"] == 400
+
+
+def test_rep_count_keeps_min_reps_for_fast_calls_and_bounds_slow_ones_by_the_budget():
+    from kernelpro.harness.timing import _rep_count
+
+    assert _rep_count(1.6, 200, 30, 2000) == 125          # fills rep_ms
+    assert _rep_count(50, 200, 30, 2000) == 30            # min_reps: 1.5 s, within the budget
+    assert _rep_count(150, 200, 30, 2000) == 20           # 3 s of 150 ms calls
+    assert _rep_count(1450, 200, 30, 2000) == 5           # a 1.45 s call: the floor, not 30
+    assert _rep_count(1450, 200, 3, 2000) == 3            # never more than a min_reps the caller lowered
+
+
+def test_a_slow_function_is_timed_within_the_slow_budget():
+    # 30 repetitions of a 1.45 s call took 223 s of one CPU evaluation's timing
+    from kernelpro.harness.timing import time_protocol
+
+    fns = {"f": lambda: time.sleep(0.02)}
+    inter = time_protocol(fns, "cpu", "interleaved", warmup_ms=1, rep_ms=5, min_reps=30, slow_budget_ms=100)
+    assert inter.reps["f"] == 5
+    iso = time_protocol(fns, "cpu", "isolated", warmup_ms=1, rep_ms=5, min_reps=30, slow_budget_ms=100, windows=2)
+    assert iso.reps["f"] == 6        # ceil(5 / 2) per window, two windows
+
+
+def test_the_estimate_of_a_slow_function_stops_at_its_budget():
+    from kernelpro.harness import timing
+
+    calls = [0]
+
+    def f():
+        calls[0] += 1
+        time.sleep(0.3)
+
+    r = timing._Runner({"f": f}, "cpu", False, False, None, None)
+    est = r.estimate(1.0)
+    assert calls[0] == 2 and est["f"] == pytest.approx(300, rel=0.3)   # the first call, then one: not ten

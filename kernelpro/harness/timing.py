@@ -5,7 +5,8 @@ On a GPU: CUDA events around each call, the L2 flushed before every repetition b
 larger than L2 (as `triton.testing.do_bench` does), persisting-L2 limits reset first so the flush really
 flushes. Before any timed call the GPU is brought to a steady state: the functions run, in rotation,
 until the SM clock and board power settle (`telemetry.settle`: a bounded criterion, recorded with its
-outcome). Then enough repetitions to fill `rep_ms` (bounded). We report the median and the spread
+outcome). Then enough repetitions to fill `rep_ms` (bounded below by `min_reps`, except for calls so slow
+that `min_reps` of them would pass `SLOW_BUDGET_MS`; bounded above by `max_reps`). We report the median and the spread
 (quartiles, min, max), never a mean alone. Optionally each function is captured once in a CUDA graph
 and the replays are timed, which removes Python launch overhead for launch-bound problems.
 
@@ -199,8 +200,19 @@ def isolated_schedule(names: list[str], windows: int) -> list[str]:
     return [name for _ in range(windows) for name in names]
 
 
-def _rep_count(est_ms: float, rep_ms: float, min_reps: int, max_reps: int) -> int:
-    return int(max(min_reps, min(max_reps, rep_ms / max(est_ms, 1e-4))))
+# A slow call gets fewer than `min_reps` timed calls: as many as fit SLOW_BUDGET_MS, and at least
+# MIN_SLOW_REPS. At the defaults this starts above 100 ms per call, where the call's run-to-run noise is far
+# below its length; without it a 1.5 s call (seen on the CPU) spent minutes per protocol on 30 repetitions.
+SLOW_BUDGET_MS = 3000.0
+MIN_SLOW_REPS = 5
+ESTIMATE_BUDGET_MS = 500.0   # the per-call estimate's loop, before and after the settle
+
+
+def _rep_count(est_ms: float, rep_ms: float, min_reps: int, max_reps: int,
+               slow_budget_ms: float = SLOW_BUDGET_MS) -> int:
+    per_call = max(est_ms, 1e-4)
+    floor = max(min(MIN_SLOW_REPS, min_reps), min(min_reps, math.ceil(slow_budget_ms / per_call)))
+    return int(max(floor, min(max_reps, rep_ms / per_call)))
 
 
 Hook = Callable[[int], Any]
@@ -239,12 +251,17 @@ class _Runner:
         """First calls (module load, JIT, handles) and a per-call time estimate in ms."""
         est: dict[str, float] = {}
         for name, fn in self.run.items():
+            t_first = _perf_counter()
             fn()
             self.sync()
+            # Ten calls, or fewer where ten of the first (synchronised, so also on a GPU) would pass
+            # ESTIMATE_BUDGET_MS: a 1.5 s call once spent 30 s here. Then as many as `warmup_ms` asks for.
+            first_ms = (_perf_counter() - t_first) * 1e3
+            least = 10 if first_ms * 10 <= ESTIMATE_BUDGET_MS else max(1, int(ESTIMATE_BUDGET_MS // first_ms))
             t0 = _perf_counter()
             n = 0
             each: list[float] = []
-            while n < 10 or (_perf_counter() - t0) * 1e3 < warmup_ms:
+            while n < least or (_perf_counter() - t0) * 1e3 < warmup_ms:
                 t1 = _perf_counter()
                 fn()
                 each.append(_perf_counter() - t1)
@@ -313,7 +330,7 @@ class _Runner:
 
 def time_protocol(fns: dict[str, Callable[[], Any]], device: str = "cuda", protocol: str = "interleaved", *,
                   warmup_ms: float = 25.0, rep_ms: float = 200.0, min_reps: int = 30, max_reps: int = 2000,
-                  flush_l2: bool = True, graphs: bool = False, windows: int = 4,
+                  slow_budget_ms: float = SLOW_BUDGET_MS, flush_l2: bool = True, graphs: bool = False, windows: int = 4,
                   steady: SteadyCriterion | None = DEFAULT_STEADY, nvml: Nvml | None | str = "auto",
                   sample_period_s: float = 0.02, before: dict[str, Hook] | None = None,
                   after: dict[str, Hook] | None = None) -> TimingRun:
@@ -345,13 +362,14 @@ def time_protocol(fns: dict[str, Callable[[], Any]], device: str = "cuda", proto
     est = r.estimate(min(warmup_ms, 10.0))
     names = list(r.run)
     if protocol == "interleaved":
-        reps = _rep_count(max(est.values()), rep_ms, min_reps, max_reps)
+        reps = _rep_count(max(est.values()), rep_ms, min_reps, max_reps, slow_budget_ms)
         sampler = Sampler(dev, sample_period_s, why)
         with sampler:
             samples = r.timed(interleaved_schedule(names, reps))
         return TimingRun("interleaved", {k: summarize(v, r.method[k], "interleaved") for k, v in samples.items()},
                          {"*": sampler.telemetry()}, st, names, r.notes, {k: reps for k in names})
-    reps_of = {k: max(1, math.ceil(_rep_count(est[k], rep_ms, min_reps, max_reps) / windows)) for k in names}
+    reps_of = {k: max(1, math.ceil(_rep_count(est[k], rep_ms, min_reps, max_reps, slow_budget_ms) / windows))
+               for k in names}
     samplers = {k: Sampler(dev, sample_period_s, why) for k in names}
     got: dict[str, list[float]] = {k: [] for k in names}
     order = isolated_schedule(names, windows)
