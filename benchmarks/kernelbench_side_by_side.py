@@ -22,6 +22,12 @@ calls, ``check_for_excessive_speedup=True`` (which times the reference the same 
 ref_runtime / runtime. Run once with its tolerance as shipped (1e-4) and timing, once more for
 correctness with ``get_tolerance_for_precision`` answering 1e-2 (v0's rule).
 
+Memory: KernelBench's current level-1 problems hold up to 6 GiB per tensor and each evaluator keeps several
+copies, so processes of either side beside a large problem ran out of GPU memory. Each problem's inputs
+and parameters are sized first on the meta device (in a sandboxed child, no memory); problems of at least
+`--big-gib` (and the cases, and any that could not be sized) run one at a time after the small ones, which
+run `--parallel` / `--kb-parallel` at once.
+
 kernelpro side: ``kernelpro bench kernelbench --solutions DIR --task ... --baselines eager --json`` in
 `--parallel` processes over disjoint task lists (each its own store). Its verdict at v0's tolerance is
 derived from the errors it recorded: a candidate that failed only on its outputs passes at 1e-2 when
@@ -127,6 +133,62 @@ def kb_worker(spec_path: str) -> int:
     return 0
 
 
+# One child sizes every problem: its module imported, its inputs, parameters and buffers built on the meta
+# device (shapes and dtypes, no memory), one JSON line per file ({"path", "bytes"} or {"path", "error"}).
+_SIZER = r"""
+import json, sys, importlib.util
+import torch
+for i, path in enumerate(sys.argv[1:]):
+    try:
+        spec = importlib.util.spec_from_file_location(f"kp_sized_{i}", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        with torch.device("meta"):
+            xs = [x for x in mod.get_inputs() if isinstance(x, torch.Tensor)]
+            model = mod.Model(*mod.get_init_inputs())
+        ts = xs + (list(model.parameters()) + list(model.buffers()) if isinstance(model, torch.nn.Module) else [])
+        print(json.dumps({"path": path, "bytes": sum(t.numel() * t.element_size() for t in ts)}), flush=True)
+    except Exception as e:   # a problem that cannot be sized runs alone, as a large one does
+        print(json.dumps({"path": path, "error": f"{type(e).__name__}: {e}"[:200]}), flush=True)
+"""
+
+
+def problem_bytes(paths: list[str], timeout_s: float = 300.0) -> dict[str, int]:
+    """{problem file: bytes of its inputs, parameters and buffers} for the files that could be sized."""
+    from kernelpro import sandbox
+
+    if not paths:
+        return {}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    fin = sandbox.run([sys.executable, "-c", _SIZER, *paths], timeout_s=timeout_s, env=env)
+    got: dict[str, int] = {}
+    for line in fin.stdout.splitlines():
+        if line.startswith("{"):
+            d = json.loads(line)
+            if "bytes" in d:
+                got[d["path"]] = int(d["bytes"])
+    return got
+
+
+def split_by_memory(keys: list[str], size_of: dict[str, int], big_bytes: float) -> tuple[list[str], list[str]]:
+    """(small, large): the large ones (and the unsized) are run one at a time, after the small ones."""
+    small = [k for k in keys if k in size_of and size_of[k] < big_bytes]
+    return small, [k for k in keys if k not in small]
+
+
+def run_kb_phased(items: list[dict[str, str]], kb_path: str, out: Path, perf_trials: int, deadline: float,
+                  parallel: int, small: set[str]) -> tuple[dict[str, dict[str, Any]], list[str], str | None]:
+    """`run_kb` over the small items with `parallel` children, then over the rest with one."""
+    a = [it for it in items if it["key"] in small]
+    b = [it for it in items if it["key"] not in small]
+    got, stubbed, fatal = run_kb(a, kb_path, out, perf_trials, deadline, parallel) if a else ({}, [], None)
+    if b and fatal is None and time.time() < deadline:
+        got2, stubbed2, fatal = run_kb(b, kb_path, out, perf_trials, deadline, 1)
+        got.update(got2)
+        stubbed = stubbed or stubbed2
+    return got, stubbed, fatal
+
+
 def run_kb(items: list[dict[str, str]], kb_path: str, out: Path, perf_trials: int, deadline: float,
            parallel: int = 1) -> tuple[dict[str, dict[str, Any]], list[str], str | None]:
     """({key: KernelBench record}, stubbed module names, fatal error) for `items`, in sandboxed children;
@@ -183,22 +245,44 @@ def _run_kb_one(items: list[dict[str, str]], kb_path: str, out: Path, perf_trial
 # The kernelpro side: its own command, in parallel processes
 # ------------------------------------------------------------------------------------------------
 
+KpJob = tuple[Path, list[str], Path]   # (solutions dir, task names, store)
+
+
+def plan_kp(groups: list[tuple[Path, list[str]]], out: Path, parallel: int,
+            small: set[str] | None) -> tuple[list[KpJob], list[KpJob]]:
+    """(jobs run `parallel` at once, jobs run one at a time after them): the honest solutions' small
+    problems spread over `parallel` processes; their large problems in one process; each case in its own."""
+    wide: list[KpJob] = []
+    alone: list[KpJob] = []
+    for sol, names in groups:
+        if sol.name != "solutions":
+            alone.append((sol, names, out / f"kp_{sol.name}_0.db"))
+            continue
+        few = [n for n in names if small is None or n in small]
+        many = [n for n in names if n not in few]
+        n = max(1, min(parallel, len(few)))
+        for i in range(n):
+            if few[i::n]:
+                wide.append((sol, few[i::n], out / f"kp_{sol.name}_{i}.db"))
+        if many:
+            alone.append((sol, many, out / f"kp_{sol.name}_large.db"))
+    return wide, alone
+
+
 def run_kp(groups: list[tuple[Path, list[str]]], kb_path: str, out: Path, parallel: int, trials: int,
-           deadline: float, device: str = "cuda") -> dict[tuple[str, str], dict[str, Any]]:
+           deadline: float, device: str = "cuda", small: set[str] | None = None) -> dict[tuple[str, str], dict[str, Any]]:
     """{(solutions dir, task name): row} from `kernelpro bench kernelbench` over (dir, task names) groups,
-    read back from each process's own store (so a process stopped at the budget still gives what it did)."""
+    read back from each process's own store (so a process stopped at the budget still gives what it did).
+    The honest solutions' `small` problems (all of them when None) run first in `parallel` processes; the
+    other problems and the cases after them, one process at a time."""
     from kernelpro.results.store import Store
 
-    jobs: list[tuple[Path, list[str], Path]] = []
-    for sol, names in groups:
-        n = max(1, min(parallel, len(names))) if sol.name == "solutions" else 1
-        for i in range(n):
-            part = names[i::n]
-            if part:
-                jobs.append((sol, part, out / f"kp_{sol.name}_{i}.db"))
+    wide, alone = plan_kp(groups, out, parallel, small)
 
     def one(job: tuple[Path, list[str], Path]) -> list[tuple[tuple[str, str], dict[str, Any]]]:
         sol, names, db = job
+        if time.time() >= deadline - 5:   # a job of the serial phase the budget no longer reaches
+            return [((sol.name, n), {"correct": None, "reason": "not_run", "detail": "budget ran out"}) for n in names]
         db.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "kernelpro", "bench", "kernelbench", "--db", str(db), "--path", kb_path,
                "--solutions", str(sol), "--baselines", "eager", "--trials", str(trials), "--arch", "sm_90a",
@@ -248,8 +332,10 @@ def run_kp(groups: list[tuple[Path, list[str]]], kb_path: str, out: Path, parall
 
     got: dict[tuple[str, str], dict[str, Any]] = {}
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as ex:
-        for rows in ex.map(one, jobs):
+        for rows in ex.map(one, wide):
             got.update(dict(rows))
+    for job in alone:
+        got.update(dict(one(job)))
     return got
 
 
@@ -444,6 +530,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="wall-clock budget; KernelBench gets 45%% of it, what it does not reach is listed")
     ap.add_argument("--kp-device", choices=("cuda", "cpu"), default="cuda",
                     help="kernelpro's --device (cpu: a dry run of this script's kernelpro side without a GPU)")
+    ap.add_argument("--big-gib", type=float, default=1.0,
+                    help="problems whose inputs and parameters hold at least this many GiB run one at a time")
     ap.add_argument("--kb-parallel", type=int, default=1,
                     help="KernelBench evaluator processes at once over disjoint shares (default 1)")
     ap.add_argument("--concurrent", action="store_true",
@@ -515,6 +603,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.prior:
         print(f"kept from --prior: KernelBench {sum(e['key'] in prior_kb for e in entries)}, kernelpro "
               f"{sum(e['key'] in prior_kp for e in entries)} of {len(entries)} rows", flush=True)
+    # Large problems run one at a time on either side (the module doc): size the honest solutions' problems.
+    honest = [e for e in entries if e["dir"].name == "solutions"]
+    sized = problem_bytes(sorted({str(e["task"].path) for e in honest}))
+    small_paths, _ = split_by_memory([str(e["task"].path) for e in honest], sized, args.big_gib * 2**30)
+    small_keys = {e["key"] for e in honest if str(e["task"].path) in small_paths}
+    print(f"memory: {len(small_keys)} of {len(honest)} problems below {args.big_gib:g} GiB run "
+          f"{args.parallel} (kernelpro) / {args.kb_parallel} (KernelBench) at once; the other "
+          f"{len(entries) - len(small_keys)} rows one at a time ({len(honest) - len(sized)} could not be sized)",
+          flush=True)
     # kernelpro's degenerate-problem probe runs on the CPU: fill its cache while the GPU runs KernelBench.
     os.environ["KERNELPRO_CACHE"] = str(out / "cache")
     from kernelpro.suites.degenerate import check_tasks
@@ -537,9 +634,10 @@ def main(argv: list[str] | None = None) -> int:
         if not torch.cuda.is_available():
             fatal = "no CUDA device: KernelBench's eval_kernel_against_ref asserts one"
         else:
-            kb, stubbed, fatal = run_kb([{"key": e["key"], "problem": str(e["task"].path), "solution": str(e["solution"])}
-                                         for e in entries if e["key"] not in prior_kb], args.kb_path, out,
-                                        args.perf_trials, kb_deadline, args.kb_parallel)
+            kb, stubbed, fatal = run_kb_phased([{"key": e["key"], "problem": str(e["task"].path),
+                                                 "solution": str(e["solution"])}
+                                                for e in entries if e["key"] not in prior_kb], args.kb_path, out,
+                                               args.perf_trials, kb_deadline, args.kb_parallel, small_keys)
         print(f"KernelBench side: {len(kb)}/{len(entries)} evaluated in {time.time() - t_start:.0f} s"
               + (f"; stand-ins for uninstalled {', '.join(stubbed)}" if stubbed else "")
               + (f"; {fatal}" if fatal else ""), flush=True)
@@ -560,7 +658,8 @@ def main(argv: list[str] | None = None) -> int:
             if e["key"] not in prior_kp:
                 groups.setdefault(e["dir"], []).append(e["task"].name)
         kp = run_kp(list(groups.items()), args.kb_path, out, args.parallel, args.kp_trials,
-                    t_start + args.budget_s, args.kp_device)
+                    t_start + args.budget_s, args.kp_device,
+                    small={e["task"].name for e in honest if e["key"] in small_keys})
         print(f"kernelpro side: {sum(1 for v in kp.values() if v.get('reason') != 'not_run')}/{len(entries)} "
               f"evaluated in {time.time() - t_kp:.0f} s", flush=True)
     if kb_thread is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,38 @@ def test_prior_runs_keep_what_each_side_finished_and_rerun_the_rest(tmp_path):
     bad.write_text("{}")
     with pytest.raises(SystemExit, match="not a side_by_side.json"):
         sbs.load_prior([str(bad)])
+
+
+def test_problems_are_sized_on_the_meta_device_in_a_child(tmp_path):
+    # 6 GiB level-1 problems beside other processes ran out of GPU memory: sizes decide what runs alone
+    big = tmp_path / "big.py"
+    big.write_text("import torch, torch.nn as nn\n"
+                   "class Model(nn.Module):\n"
+                   "    def __init__(self):\n        super().__init__()\n        self.lin = nn.Linear(1000, 500)\n"
+                   "    def forward(self, x):\n        return self.lin(x)\n"
+                   "def get_inputs():\n    return [torch.randn(1 << 30, 1000)]\n"    # 4 TB: only meta can hold it
+                   "def get_init_inputs():\n    return []\n")
+    bad = tmp_path / "bad.py"
+    bad.write_text("def get_inputs():\n    raise ValueError('no')\n")
+    got = sbs.problem_bytes([str(big), str(bad)])
+    assert got == {str(big): (1 << 30) * 1000 * 4 + (1000 * 500 + 500) * 4}
+    small, large = sbs.split_by_memory([str(big), str(bad)], got, 2**30)
+    assert small == [] and large == [str(big), str(bad)]    # the unsized one runs alone too
+
+
+def test_small_problems_run_in_parallel_then_large_ones_one_at_a_time(monkeypatch, tmp_path):
+    calls = []
+
+    def one(items, kb_path, out, perf_trials, deadline, tag=""):
+        calls.append((tag, [i["key"] for i in items]))
+        return {i["key"]: {"key": i["key"]} for i in items}, [], None
+
+    monkeypatch.setattr(sbs, "_run_kb_one", one)
+    items = [{"key": f"k{i}", "problem": "p", "solution": "s"} for i in range(5)]
+    got, _, _ = sbs.run_kb_phased(items, "kb", tmp_path, 10, time.time() + 60, 2, {"k0", "k1", "k3"})
+    assert sorted(got) == [f"k{i}" for i in range(5)]
+    assert sorted(calls[:2]) == [("0", ["k0", "k3"]), ("1", ["k1"])] and calls[2] == ("", ["k2", "k4"])
+    sol, case = tmp_path / "solutions", tmp_path / "solutions_relu_cuda_graph"
+    wide, alone = sbs.plan_kp([(sol, ["a", "b", "c", "d"]), (case, ["e"])], tmp_path, 2, {"a", "c", "d"})
+    assert [(j[0].name, j[1]) for j in wide] == [("solutions", ["a", "d"]), ("solutions", ["c"])]
+    assert [(j[0].name, j[1]) for j in alone] == [("solutions", ["b"]), ("solutions_relu_cuda_graph", ["e"])]

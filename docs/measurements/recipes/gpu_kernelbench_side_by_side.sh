@@ -10,12 +10,13 @@
 # ScalingIntelligence/KernelBench: .kb/src/kernelbench and .kb/KernelBench/level1..3); carry it.
 # Usage (repo root, one GPU):  bash docs/measurements/recipes/gpu_kernelbench_side_by_side.sh [flags]
 #   flags go to the script, e.g. --level1 20 --level2 4 --level3 2 for a shorter run.
-# Budget: BUDGET seconds (default 480), both sides at once on the GPU (--concurrent); rows a side did not
-# reach are listed as not compared. Writes $OUT/side_by_side.txt and $OUT/side_by_side.json.
+# Budget: BUDGET seconds (default 480), KernelBench's side first (45% of it), then kernelpro's; rows a side
+# did not reach are listed as not compared. Writes $OUT/side_by_side.txt and $OUT/side_by_side.json.
 # Memory: KernelBench's current level-1 sizes hold up to 6 GiB per tensor, and each evaluator keeps
 # several copies; on an 80 GB card five processes ran out of memory on most rows (a row that runs out of
-# memory on either side is listed as not compared). So the default is one process per side
-# (PARALLEL=1 KB_PARALLEL=1), and a comparison longer than one call is continued in the next with
+# memory on either side is listed as not compared). So problems of 1 GiB or more (BIG_GIB) and the cases
+# run one at a time, after the small ones, which run PARALLEL (default 3) kernelpro and KB_PARALLEL
+# (default 2) KernelBench processes at once; a comparison longer than one call is continued in the next with
 #   bash ...side_by_side.sh --prior PREVIOUS/side_by_side.json [--only kb|kp]
 # which keeps every row a side finished and runs the rest.
 set -u
@@ -35,5 +36,5 @@ if ls .whl/*.whl > /dev/null 2>&1; then
     && export PYTHONPATH=/tmp/kbsite:$PYTHONPATH
 fi
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1
-python3 benchmarks/kernelbench_side_by_side.py --kb-path "$KB" --out "$OUT" --budget-s "${BUDGET:-480}" --concurrent \
-  --parallel "${PARALLEL:-1}" --kb-parallel "${KB_PARALLEL:-1}" "$@"
+python3 benchmarks/kernelbench_side_by_side.py --kb-path "$KB" --out "$OUT" --budget-s "${BUDGET:-480}" \
+  --parallel "${PARALLEL:-3}" --kb-parallel "${KB_PARALLEL:-2}" --big-gib "${BIG_GIB:-1}" "$@"
