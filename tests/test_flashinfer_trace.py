@@ -460,3 +460,18 @@ def test_a_candidate_answering_from_the_blob_is_caught_and_an_honest_one_passes_
         assert r["status"] == "passed", (r["reason"], r["detail"])
     else:
         assert r["status"] == "failed" and r["reason"] in ("output_cached", "wrong_output"), (r["reason"], r["detail"])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_forward_for_backward_inputs_is_exact_across_batches_heads_and_a_ragged_row_block(causal):
+    # fresh backward sets (a blob's redraws included) take O and LSE from this forward, block by block
+    from kernelpro.suites.flashinfer import _forward_o_lse
+
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(2, 3, 1100, 64, dtype=torch.bfloat16) for _ in range(3))
+    o, lse = _forward_o_lse(q, k, v, causal=causal)
+    s = torch.matmul(q.float(), k.float().transpose(-1, -2)) / 8.0
+    if causal:
+        s = s.masked_fill(torch.ones(1100, 1100, dtype=torch.bool).triu(1), float("-inf"))
+    assert torch.allclose(lse, torch.logsumexp(s, -1), atol=1e-4)
+    assert torch.allclose(o, torch.matmul(torch.softmax(s, -1), v.float()), atol=1e-4)
