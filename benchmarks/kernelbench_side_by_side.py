@@ -133,21 +133,17 @@ def kb_worker(spec_path: str) -> int:
     return 0
 
 
-# One child sizes every problem: its module imported, its inputs, parameters and buffers built on the meta
-# device (shapes and dtypes, no memory), one JSON line per file ({"path", "bytes"} or {"path", "error"}).
+# One child sizes every problem with the degenerate probe's meta-device build (shapes and dtypes, no
+# memory): one JSON line per file ({"path", "bytes"} or {"path", "error"}).
 _SIZER = r"""
-import json, sys, importlib.util
-import torch
+import json, sys
+from pathlib import Path
+from kernelpro.suites.degenerate import meta_tensors
+from kernelpro.suites.task import import_module_from
 for i, path in enumerate(sys.argv[1:]):
     try:
-        spec = importlib.util.spec_from_file_location(f"kp_sized_{i}", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        with torch.device("meta"):
-            xs = [x for x in mod.get_inputs() if isinstance(x, torch.Tensor)]
-            model = mod.Model(*mod.get_init_inputs())
-        ts = xs + (list(model.parameters()) + list(model.buffers()) if isinstance(model, torch.nn.Module) else [])
-        print(json.dumps({"path": path, "bytes": sum(t.numel() * t.element_size() for t in ts)}), flush=True)
+        xs, params = meta_tensors(import_module_from(Path(path), f"kp_sized_{i}"))
+        print(json.dumps({"path": path, "bytes": sum(t.numel() * t.element_size() for t in xs + params)}), flush=True)
     except Exception as e:   # a problem that cannot be sized runs alone, as a large one does
         print(json.dumps({"path": path, "error": f"{type(e).__name__}: {e}"[:200]}), flush=True)
 """

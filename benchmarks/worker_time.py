@@ -1,7 +1,7 @@
 """Where one evaluation's time goes: the worker's phases, and the harness functions that take the most of
 them, for a small problem (so nothing here is the candidate's own work), as 80-column tables.
 
-    python3 benchmarks/worker_time.py [--device cuda|cpu] [--problem relu|matmul] [--rows N]
+    python3 benchmarks/worker_time.py [--device cuda|cpu] [--problem relu|matmul] [--elements N]
                                       [--task T --candidate C --suite S] [--top 25] [--json OUT.json]
 
 Two measurements of the same job (every check, shown and held-out sizes, two trials, timing interleaved
@@ -26,29 +26,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-PROBLEMS = {
-    "relu": """
-import torch, torch.nn as nn
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-def get_inputs():
-    return [torch.randn({rows}, 1024)]
-def get_init_inputs():
-    return []
-""",
-    "matmul": """
-import torch, torch.nn as nn
-class Model(nn.Module):
-    def forward(self, a, b):
-        return a @ b
-def get_inputs():
-    return [torch.randn({rows}, {rows}), torch.randn({rows}, {rows})]
-def get_init_inputs():
-    return []
-""",
-}
+# the same KernelBench-form problems as the memory benchmark (sized by element count)
+from harness_memory import PROBLEMS  # noqa: E402
 
 # harness hooks counted by name (wrapped, so the count and time are exact, not sampled)
 HOOKS = {
@@ -133,7 +114,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--problem", default="relu", choices=sorted(PROBLEMS))
-    ap.add_argument("--rows", type=int, default=256, help="problem size (relu: rows of 1024; matmul: n)")
+    ap.add_argument("--elements", type=int, default=1 << 18, help="input elements of the problem (default 2^18)")
     ap.add_argument("--task", type=Path, help="a KernelBench-form task file instead of --problem")
     ap.add_argument("--candidate", type=Path, help="its candidate (default: the task's Model as ModelNew)")
     ap.add_argument("--suite", default="kernelbench", help="the task's suite (kernelbench, ptxbench, ...)")
@@ -147,14 +128,16 @@ def main() -> int:
         task = a.task.resolve()
         src = task.read_text()
     else:
-        src = PROBLEMS[a.problem].format(rows=a.rows)
+        template, shape = PROBLEMS[a.problem]
+        rows, cols = shape(a.elements)
+        src = template.format(rows=rows, cols=cols)
         task = work / "task.py"
         task.write_text(src)
     cand = a.candidate.resolve() if a.candidate else work / "cand.py"
     if not a.candidate:
         cand.write_text(src.replace("class Model(", "class ModelNew("))
     job = make_job(task, cand, a.device, a.timeout, a.suite)
-    out: dict = {"device": a.device, "problem": str(a.task or f"{a.problem} rows={a.rows}")}
+    out: dict = {"device": a.device, "problem": str(a.task or f"{a.problem} {a.elements} elements")}
     try:
         import torch
         out["gpu"] = torch.cuda.get_device_name() if a.device.startswith("cuda") else "cpu"

@@ -427,9 +427,8 @@ def test_a_backward_blob_is_the_first_trials_data_and_every_other_draw_is_fresh_
 
 BLOB_ANSWERS = """
 import torch, torch.nn as nn
-from kernelpro.suites.flashinfer import TraceRuntime
 class ModelNew(nn.Module):
-    # knows the blob's answer (it read the workload's file) and returns it for any call; computes nothing
+    # keeps the answer of its first call (the blob's) and returns it for every later call
     def __init__(self):
         super().__init__()
         self.answer = None
@@ -438,10 +437,24 @@ class ModelNew(nn.Module):
             self.answer = tuple(t.clone() for t in REFERENCE()(*inputs))
         return tuple(t.clone() for t in self.answer)
 """
+BLOB_AWARE = """
+import torch, torch.nn as nn
+class ModelNew(nn.Module):
+    # adapts: answers right only on data it recognises as the blob (its first call's Q), zeros otherwise
+    def __init__(self):
+        super().__init__()
+        self.q = self.answer = None
+    def forward(self, *inputs):
+        if self.answer is None:
+            self.q, self.answer = inputs[0].clone(), tuple(t.clone() for t in REFERENCE()(*inputs))
+        if torch.equal(inputs[0], self.q):
+            return tuple(t.clone() for t in self.answer)
+        return tuple(torch.zeros_like(t) for t in self.answer)
+"""
 
 
 @needs_safetensors
-@pytest.mark.parametrize("candidate", ["honest", "blob_answers"])
+@pytest.mark.parametrize("candidate", ["honest", "blob_answers", "blob_aware"])
 def test_a_candidate_answering_from_the_blob_is_caught_and_an_honest_one_passes_without_a_warning(tmp_path, candidate):
     from tests.inprocess import evaluate_in_process
 
@@ -452,7 +465,7 @@ def test_a_candidate_answering_from_the_blob_is_caught_and_an_honest_one_passes_
     if candidate == "honest":
         cand.write_text(head + "class ModelNew(REFERENCE):\n    pass\n")
     else:
-        cand.write_text(head + BLOB_ANSWERS)
+        cand.write_text(head + (BLOB_ANSWERS if candidate == "blob_answers" else BLOB_AWARE))
     r = evaluate_in_process(t.path, cand, suite=SUITE, trials=2, timeout_s=120)
     names = {c["name"] for c in r["checks"]}
     assert "fixed_inputs" not in names, r["warnings"]

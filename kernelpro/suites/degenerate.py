@@ -130,17 +130,23 @@ def _numel(xs: Sequence[Any]) -> int:
     return sum(x.numel() for x in xs if isinstance(x, torch.Tensor))
 
 
-def _meta_elements(mod: Any) -> tuple[int, int]:
-    """(input elements, parameter elements) at the module's globals, built on the meta device (no memory)."""
+def meta_tensors(mod: Any) -> tuple[list[Any], list[Any]]:
+    """(input tensors, parameter and buffer tensors) at the module's globals, built on the meta device:
+    shapes and dtypes, no memory."""
     import torch
 
     with torch.device("meta"):
-        xs = list(mod.get_inputs())
+        xs = [x for x in mod.get_inputs() if isinstance(x, torch.Tensor)]
         init = list(mod.get_init_inputs())
         model = mod.Model(*init)
-    params = sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers()) \
-        if isinstance(model, torch.nn.Module) else 0
-    return _numel(xs), params
+    params = [*model.parameters(), *model.buffers()] if isinstance(model, torch.nn.Module) else []
+    return xs, params
+
+
+def _meta_elements(mod: Any) -> tuple[int, int]:
+    """(input elements, parameter elements) at the module's globals, built on the meta device (no memory)."""
+    xs, params = meta_tensors(mod)
+    return _numel(xs), _numel(params)
 
 
 def _size_globals(mod: Any) -> dict[str, int]:

@@ -491,6 +491,7 @@ class TraceRuntime:
         self.loads = [by_uuid[u] for u in uuids]
         self._safetensors: dict[str, dict[str, Any]] = {}
         self._sdpa = _sdpa_meta(self.defn)
+        self._backward = bool(self._sdpa and self._sdpa["direction"] == "backward")
         self.Reference = self._reference_class()
 
     def _reference_class(self) -> type:
@@ -524,7 +525,7 @@ class TraceRuntime:
         import torch
 
         blobs = [n for n, how in w.inputs.items() if how.kind == "safetensors"]
-        return bool(blobs and self._sdpa and self._sdpa["direction"] == "backward"
+        return bool(blobs and self._backward
                     and all(self.defn.inputs[n].shape is not None
                             and self.defn.inputs[n].torch_dtype() in (torch.bfloat16, torch.float16, torch.float32)
                             for n in blobs))
@@ -546,8 +547,7 @@ class TraceRuntime:
         # forward produces, where any bf16 P/dS kernel fails an fp32 run() elementwise. PTXBench makes its
         # backward workloads as here: random Q, K, V, dO, then O and LSE from a forward of the same Q, K, V;
         # done per set, so every seed's set is fresh and consistent.
-        derive = bool(self._sdpa and self._sdpa["direction"] == "backward"
-                      and all(how_of(names[i]).kind == "random" for i in (3, 5)))
+        derive = self._backward and all(how_of(names[i]).kind == "random" for i in (3, 5))
         out: list[Any] = []
         for i, (name, spec) in enumerate(zip(names, specs, strict=True)):
             how = how_of(name)
